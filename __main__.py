@@ -1,0 +1,3 @@
+from .scripts.cli import main
+
+raise SystemExit(main())

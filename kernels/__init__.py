@@ -1,0 +1,1 @@
+"""Compute kernels: pure torch / triton, no ComfyUI imports."""

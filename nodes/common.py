@@ -1,0 +1,71 @@
+"""Shared vocabulary of every H3Kit node: one logger, errors that name the fix, and JSON reports.
+
+Nothing here imports ComfyUI or touches CUDA, so every node module stays importable anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+LOG = logging.getLogger("H3Kit")
+CATEGORY_ROOT = "H3Kit"
+_LOGGED_ONCE: set[str] = set()
+
+
+class H3KitInputError(ValueError):
+    """A user-fixable input problem. The message names node, input, value and the fix."""
+
+    def __init__(self, node: str, input_name: str, value: Any, problem: str, fix: str):
+        self.node, self.input_name, self.value = node, input_name, value
+        self.problem, self.fix = problem, fix
+        shown = _short_repr(value)
+        super().__init__(f"{node}: input '{input_name}' = {shown}: {problem}. Fix: {fix}")
+
+
+def _short_repr(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def log_once(key: str, message: str, level: int = logging.WARNING) -> bool:
+    """Log `message` the first time `key` is seen in this process; return True when it was logged."""
+    if key in _LOGGED_ONCE:
+        return False
+    _LOGGED_ONCE.add(key)
+    LOG.log(level, message)
+    return True
+
+
+class Report:
+    """Collects what a node did, warned about and fell back from; rendered as the node's report output."""
+
+    def __init__(self, node: str):
+        self.node = node
+        self.facts: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.fallbacks: list[str] = []
+
+    def set(self, **facts: Any) -> Report:
+        self.facts.update(facts)
+        return self
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        LOG.warning("%s: %s", self.node, message)
+
+    def fallback(self, key: str, message: str) -> None:
+        """A degraded path was taken: always in the report, logged once per process per key."""
+        self.fallbacks.append(message)
+        log_once(f"{self.node}:{key}", f"{self.node}: {message}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, **self.facts, "warnings": self.warnings, "fallbacks": self.fallbacks}
+
+    def json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, sort_keys=False, default=str, allow_nan=True)
+
+
+def category(area: str) -> str:
+    return f"{CATEGORY_ROOT}/{area}"

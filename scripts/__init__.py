@@ -1,0 +1,1 @@
+"""Command-line tools of `python -m h3kit` and benchmark scripts."""

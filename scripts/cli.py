@@ -1,0 +1,38 @@
+"""`python -m h3kit <command>`: one subcommand per module in this folder (see COMMANDS)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# command -> (module in scripts/, one-line help). Each module has add_arguments(parser) and run(args) -> int.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "nodes": ("nodes_list", "list every H3Kit node: id, category, description"),
+    "validate": ("validate", "validate API-format workflow JSON offline or against a live server"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m h3kit",
+        description="H3Kit: MiniMax-H3 -> LTX-2.5 two-stage pipeline tools for ComfyUI.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, summary) in COMMANDS.items():
+        module = importlib.import_module(f".{module_name}", __package__)
+        command = sub.add_parser(name, help=summary, description=(module.__doc__ or summary).strip())
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
