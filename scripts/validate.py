@@ -18,6 +18,7 @@ from typing import Any
 from . import schemas as schema_src
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
 
 
 @dataclass
@@ -44,6 +45,8 @@ def input_kind(spec: list) -> tuple[str, dict]:
     opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
     if isinstance(head, list):
         return "COMBO", {**opts, "options": head}
+    if head == DYNAMIC_COMBO:
+        return "COMBO", opts
     return str(head), opts
 
 
@@ -69,10 +72,19 @@ def types_compatible(output_type: str, input_type: str) -> bool:
 def declared_inputs(info: dict) -> dict[str, tuple[list, bool]]:
     """{input name: (spec, required)} with Autogrow groups expanded to their dotted slot names."""
     found: dict[str, tuple[list, bool]] = {}
+    sections = info.get("input", {})
+    children = {
+        spec[1]["child"]: spec[1]["child_api_key_form"]
+        for section in ("required", "optional")
+        for spec in sections.get(section, {}).values()
+        if len(spec) > 1 and isinstance(spec[1], dict) and spec[1].get("child_api_key_form")
+    }
     for section in ("required", "optional"):
-        for name, spec in info.get("input", {}).get(section, {}).items():
+        for name, spec in sections.get(section, {}).items():
             kind, opts = input_kind(spec)
-            if kind == "AUTOGROW":
+            if name in children:  # a V3 dynamic combo's child, sent under its dotted key
+                found[children[name]] = (spec, True)
+            elif kind == "AUTOGROW":
                 for i in range(int(opts.get("max", 0))):
                     slot_type = ",".join(opts.get("types", ["*"]))
                     found[f"{name}.{opts['prefix']}{i}"] = ([slot_type, {}], False)

@@ -1,0 +1,64 @@
+"""Issue 2, tier (b): the pack inside a real ComfyUI server (COMFYUI_DIR)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from h3kit import NODE_CLASS_MAPPINGS
+from h3kit.scripts.schemas import class_info
+
+pytestmark = pytest.mark.comfyui
+
+
+def test_pack_imports_cleanly_in_the_server_log(comfyui_server):
+    log = comfyui_server.log()
+    assert "H3Kit" in log, "the server never mentioned the pack: was it linked into custom_nodes?"
+    bad = [line for line in log.splitlines() if "H3Kit" in line and ("IMPORT FAILED" in line or "Traceback" in line)]
+    assert not bad, "\n".join(bad)
+    assert "Cannot import" not in log
+
+
+def test_every_node_is_served_with_exactly_our_schema(comfyui_server):
+    served = comfyui_server.object_info()
+    missing = sorted(set(NODE_CLASS_MAPPINGS) - set(served))
+    assert not missing, f"not registered by the server: {missing}"
+    for node_id, cls in NODE_CLASS_MAPPINGS.items():
+        ours = json.loads(json.dumps(class_info(node_id, cls)))
+        theirs = served[node_id]
+        for key in ("input", "input_order", "output", "output_name", "output_is_list", "output_node", "category"):
+            assert theirs[key] == ours[key], f"{node_id}.{key}: server {theirs[key]!r} != class {ours[key]!r}"
+
+
+def test_a_graph_runs_through_prompt_and_history(comfyui_server):
+    graph = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 255}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "h3kit_tier_b"}},
+    }
+    entry = comfyui_server.run_graph(graph)
+    assert entry["status"]["status_str"] == "success", entry["status"]
+    (image,) = entry["outputs"]["2"]["images"]
+    assert comfyui_server.output_path(image).is_file()
+
+
+def test_server_rejection_names_the_node(comfyui_server):
+    status, body = comfyui_server.submit({"1": {"class_type": "H3KitNoSuchNode", "inputs": {}}})
+    assert status == 400 and body["error"]["type"] == "invalid_prompt"
+
+
+def test_validate_against_the_live_server(comfyui_server, tmp_path):
+    graph = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 672, "height": 384, "length": 124}},
+        "3": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "x"}},
+    }
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(graph))
+    result = subprocess.run(
+        [sys.executable, "-m", "h3kit", "validate", str(path), "--server", comfyui_server.url],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 1
+    assert "node 2 (EmptyMiniMaxH3LatentAV)" in result.stdout and "ComfyUI core >= 0.34.0" in result.stdout

@@ -1,0 +1,101 @@
+"""Issue 2: registration contract, import isolation, optional-dependency handling."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import h3kit
+import pytest
+from h3kit import nodes as registry
+
+PACK_ROOT = Path(h3kit.__file__).resolve().parent
+HOST_PREFIXES = ("comfy", "folder_paths", "server")
+
+
+def _pack_modules() -> list[str]:
+    names = []
+    for path in PACK_ROOT.rglob("*.py"):
+        rel = path.relative_to(PACK_ROOT)
+        if rel.parts[0] in ("tests", "workflows") or rel.name == "__main__.py":
+            continue
+        parts = ["h3kit", *rel.with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names.append(".".join(parts))
+    return sorted(names)
+
+
+def test_import_never_pulls_in_the_host_or_cuda():
+    code = (
+        "import importlib, sys, h3kit\n"
+        f"for name in {_pack_modules()!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"host = sorted(m for m in sys.modules if m.split('.')[0] in {HOST_PREFIXES!r})\n"
+        "import torch\n"
+        "print(host, torch.cuda.is_initialized())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[] False"
+
+
+def test_every_capability_module_imports():
+    assert registry.IMPORT_FAILURES == {}
+    assert registry.NODE_CLASS_MAPPINGS, "no nodes registered"
+
+
+def test_exported_mappings_match():
+    assert h3kit.NODE_CLASS_MAPPINGS is registry.NODE_CLASS_MAPPINGS
+    assert set(h3kit.NODE_DISPLAY_NAME_MAPPINGS) == set(h3kit.NODE_CLASS_MAPPINGS)
+
+
+@pytest.mark.parametrize("node_id", sorted(registry.NODE_CLASS_MAPPINGS))
+def test_node_follows_the_schema_contract(node_id):
+    cls = registry.NODE_CLASS_MAPPINGS[node_id]
+    assert node_id.startswith("H3Kit") and cls.__name__ == node_id
+    assert cls.CATEGORY.startswith("H3Kit/")
+    assert cls.DESCRIPTION.strip(), "DESCRIPTION missing"
+    assert callable(getattr(cls, cls.FUNCTION))
+    assert len(getattr(cls, "RETURN_NAMES", cls.RETURN_TYPES)) == len(cls.RETURN_TYPES)
+    spec = cls.INPUT_TYPES()
+    json.dumps(spec, default=str)  # /object_info must be able to serialise it
+    for section in ("required", "optional"):
+        for name, value in spec.get(section, {}).items():
+            opts = value[1] if len(value) > 1 else {}
+            assert opts.get("tooltip"), f"{node_id}.{name} has no tooltip"
+
+
+def _fake_module(name: str, node_classes: list[type]) -> types.ModuleType:
+    module = types.ModuleType(f"h3kit.nodes.{name}")
+    module.NODES = node_classes
+    return module
+
+
+def test_missing_optional_package_disables_only_its_nodes(monkeypatch, caplog):
+    needs_missing = type("H3KitNeedsMissing", (), {"REQUIRES": ("h3kit_surely_absent_pkg",)})
+    fine = type("H3KitFine", (), {})
+    monkeypatch.setitem(sys.modules, "h3kit.nodes.fake_family", _fake_module("fake_family", [needs_missing, fine]))
+    monkeypatch.setattr(registry, "NODE_MODULES", ("fake_family",))
+    monkeypatch.setattr(registry, "DISABLED_NODES", {})
+    with caplog.at_level(logging.WARNING, logger="H3Kit"):
+        found = registry.collect_nodes()
+    assert set(found) == {"H3KitFine"}
+    lines = [r.getMessage() for r in caplog.records if "h3kit_surely_absent_pkg" in r.getMessage()]
+    assert len(lines) == 1 and "H3KitNeedsMissing" in lines[0]
+    assert registry.DISABLED_NODES == {"h3kit_surely_absent_pkg": ["H3KitNeedsMissing"]}
+
+
+def test_broken_module_loses_only_its_own_nodes(monkeypatch, caplog):
+    fine = type("H3KitFine", (), {})
+    monkeypatch.setitem(sys.modules, "h3kit.nodes.good_family", _fake_module("good_family", [fine]))
+    monkeypatch.setattr(registry, "NODE_MODULES", ("good_family", "no_such_family_module"))
+    monkeypatch.setattr(registry, "IMPORT_FAILURES", {})
+    with caplog.at_level(logging.ERROR, logger="H3Kit"):
+        found = registry.collect_nodes()
+    assert set(found) == {"H3KitFine"}
+    assert "no_such_family_module" in registry.IMPORT_FAILURES
+    assert any("no_such_family_module" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,156 @@
+"""Issue 2: offline validation of API-format graphs names node, input, value and fix."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from h3kit.scripts import schemas
+from h3kit.scripts.validate import validate_graph
+
+DATA = Path(__file__).parent / "data"
+
+GOOD = {
+    "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 2, "color": 0}},
+    "2": {"class_type": "ImageScale",
+          "inputs": {"image": ["1", 0], "upscale_method": "bilinear", "width": 32, "height": 32, "crop": "center"}},
+    "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "ok"}},
+}
+
+
+@pytest.fixture(scope="module")
+def offline():
+    return schemas.offline_schemas()
+
+
+def errors(graph, offline):
+    return [p for p in validate_graph(graph, offline) if p.severity == "error"]
+
+
+def mutate(change) -> dict:
+    graph = copy.deepcopy(GOOD)
+    change(graph)
+    return graph
+
+
+def test_good_graph_has_no_problems(offline):
+    assert validate_graph(GOOD, offline) == []
+
+
+def test_hand_made_broken_graph_reports_every_problem_and_exits_1():
+    result = subprocess.run([sys.executable, "-m", "h3kit", "validate", str(DATA / "broken_graph.json")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    out = result.stdout
+    assert "node 2 (ImageScaleFancyPlus)" in out and "unknown node type" in out
+    assert "node 3 (ImageScale) input 'image'" in out and "node 42" in out
+    assert "node 1 (EmptyImage) input 'batch_size'" in out and "99999" in out and "<= 4096" in out
+    assert "node 3 (ImageScale) input 'crop'" in out and "missing" in out
+    assert out.count("Fix:") >= 4
+
+
+def test_good_file_exits_0(tmp_path):
+    path = tmp_path / "good.json"
+    path.write_text(json.dumps(GOOD))
+    result = subprocess.run([sys.executable, "-m", "h3kit", "validate", str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.startswith("OK")
+
+
+def test_wrong_output_index_names_the_valid_range(offline):
+    graph = mutate(lambda g: g["2"]["inputs"].__setitem__("image", ["1", 3]))
+    (problem,) = errors(graph, offline)
+    assert problem.input == "image" and "has 1 outputs" in problem.message and "0..0" in problem.fix
+
+
+def test_type_mismatch_is_reported(offline):
+    graph = mutate(lambda g: g.update({"9": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}}}))
+    graph["2"]["inputs"]["image"] = ["9", 0]
+    (problem,) = errors(graph, offline)
+    assert "receives SAMPLER" in problem.message and "needs IMAGE" in problem.message
+
+
+def test_combo_value_outside_options(offline):
+    graph = mutate(lambda g: g["2"]["inputs"].__setitem__("upscale_method", "magic"))
+    (problem,) = errors(graph, offline)
+    assert problem.input == "upscale_method" and "bilinear" in problem.fix
+
+
+def test_int_off_the_widget_step_suggests_neighbours(offline):
+    graph = {
+        "1": {"class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 1344, "height": 768, "length": 125}},
+        "2": {"class_type": "SaveLatent", "inputs": {"samples": ["1", 0], "filename_prefix": "x"}},
+    }
+    found = errors(graph, offline)
+    assert any(p.input == "length" and "124" in p.fix and "141" in p.fix for p in found), found
+
+
+def test_wrong_widget_types(offline):
+    graph = mutate(lambda g: g["1"]["inputs"].update({"width": "64", "height": 64.5}))
+    found = {p.input: p for p in errors(graph, offline)}
+    assert set(found) == {"width", "height"}
+
+
+def test_literal_for_a_link_input(offline):
+    graph = mutate(lambda g: g["2"]["inputs"].__setitem__("image", "not a link"))
+    (problem,) = errors(graph, offline)
+    assert "must come from a link" in problem.message
+
+
+def test_graph_without_output_node(offline):
+    graph = mutate(lambda g: g.pop("3"))
+    assert any("no output node" in p.message for p in errors(graph, offline))
+
+
+def test_cycle_is_reported(offline):
+    graph = mutate(lambda g: g["2"]["inputs"].__setitem__("image", ["2", 0]))
+    assert any("cycle" in p.message for p in errors(graph, offline))
+
+
+def test_unknown_input_is_a_warning_not_an_error(offline):
+    graph = mutate(lambda g: g["2"]["inputs"].__setitem__("widht", 32))
+    problems = validate_graph(graph, offline)
+    assert [p.severity for p in problems] == ["warning"] and problems[0].input == "widht"
+
+
+def test_ui_format_file_is_recognised(offline):
+    (problem,) = validate_graph({"nodes": [], "links": [], "version": 0.4}, offline)
+    assert "UI-format" in problem.message and "API" in problem.fix
+
+
+def test_f35_missing_pack_is_named(offline):
+    graph = mutate(lambda g: g.update({"7": {"class_type": "UnetLoaderGGUF", "inputs": {"unet_name": "x.gguf"}}}))
+    problems = validate_graph(graph, {k: v for k, v in offline.items() if k != "UnetLoaderGGUF"})
+    assert any(p.node_id == "7" and "city96/ComfyUI-GGUF" in p.fix for p in problems)
+
+
+def test_v3_dotted_keys_are_understood(offline):
+    graph = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "CreateVideo", "inputs": {"images": ["1", 0], "fps": 24.0}},
+        "3": {"class_type": "SaveVideo",
+              "inputs": {"video": ["2", 0], "filename_prefix": "v", "format": "mp4", "format.codec": "h264"}},
+    }
+    assert errors(graph, offline) == []
+    graph["3"]["inputs"]["format.codec"] = "divx"
+    assert [p.input for p in errors(graph, offline)] == ["format.codec"]
+
+
+def test_server_mode_unreachable_exits_4(tmp_path):
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(GOOD))
+    result = subprocess.run([sys.executable, "-m", "h3kit", "validate", str(path), "--server", "http://127.0.0.1:9"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4 and "cannot reach ComfyUI" in result.stdout
+
+
+def test_core_schema_file_is_pinned_to_a_version():
+    doc = schemas.core_document()
+    assert doc["comfyui_version"] and doc["sources"]
+    for name, info in doc["nodes"].items():
+        assert {"input", "output", "output_node"} <= set(info), name
