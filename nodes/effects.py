@@ -1,0 +1,673 @@
+"""Effect embeddings for MiniMax-H3: put `embedding:<name>` where it takes effect, and prove the rows went in.
+
+H3KitEffectPrompt   prompt text -> prompt with `embedding:<name>` markers placed mid-sentence (never the first
+                    token, F15), after checking every effect file: it exists in an embeddings folder, holds one
+                    2-D [N, 5120] tensor (the Qwen3-VL-32B token width) and is not truncated.
+H3KitEffectSplice   CLIP + prompt + effect -> CONDITIONING with the N rows spliced into the token list at the chosen
+                    position, verified by counting tokens and checking the encoder's output width.
+
+Why: ComfyUI drops a missing or wrong-width embedding with a log line only, and a marker at the very start of an
+H3 prompt has no visible effect (field-notes §D, host-api.md §4). The output still changes (literal text tokens),
+so users believe the effect worked.
+
+Effect files are listed by name only; tensors are read at execution, safetensors through their header alone
+(8-byte length + JSON) unless the rows themselves are needed, legacy .pt/.bin only with weights_only=True.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..adapters.host import comfyui_version, host_loaded, host_module, parse_version
+from .common import H3KitInputError, Report, category
+
+CATEGORY = category("Effects")
+H3_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
+H3_EMBED_KEY = "qwen3vl_32b"  # the tensor name the H3 tokenizer prefers inside an embedding file
+ENV_DIR = "H3KIT_EMBEDDINGS_DIR"
+MARKER = "embedding:"
+NONE = "none"
+EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
+MIN_COMFYUI = (0, 34, 0)  # field-notes §A6: effect embeddings need ComfyUI >= 0.34.0 (native H3 encoder)
+
+POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
+SHOT_TAG = re.compile(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
+SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f](?=\s|$)")
+WORD = re.compile(r"\w")
+LEADING_MARKERS = re.compile(r"\A(?:\s*embedding:\S+)+\s*")
+ANY_MARKER = re.compile(r"embedding:(\S*)")
+
+FLOAT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
+HEADER_LIMIT = 100 * 1024 * 1024  # safetensors' own cap on the JSON header
+
+# Token widths of ComfyUI text encoders (embedding_size in comfy/text_encoders/*.py, v0.3.64 and NEW).
+KNOWN_WIDTHS = {
+    5120: "Qwen3-VL-32B (MiniMax-H3)",
+    4096: "T5-XXL / UMT5-XXL / Llama (Flux, SD3, Wan, LTX-Video 0.9, HunyuanVideo)",
+    3840: "Gemma-3-12B (LTX-2.x text encoder)",
+    3584: "Qwen2.5-VL-7B (Qwen-Image)",
+    2560: "Gemma-3-4B",
+    2304: "Gemma-2-2B (Lumina 2)",
+    2048: "Pile-T5-XL / mT5-XL / Qwen2.5-VL-3B (AuraFlow, HunyuanDiT, OmniGen2)",
+    1280: "CLIP-G (SDXL)",
+    1024: "CLIP-H (SD 2.x)",
+    768: "CLIP-L (SD 1.x / SDXL / Flux)",
+}
+
+FIX_F15 = (
+    "put the marker mid-sentence, after the first [Shot k] tag (H3 prompts start "
+    "'integrated_multimodal_description: [Shot 1] ...'), never as the first token (F15)"
+)
+
+
+def width_hint(width: int) -> str:
+    known = KNOWN_WIDTHS.get(width)
+    return f"{width} is the token width of {known}" if known else f"{width} matches no known text encoder"
+
+
+# ------------------------------------------------------------------------------------------- folders and files
+def embedding_dirs() -> list[Path]:
+    """ComfyUI's embeddings folders inside ComfyUI, else the folders in $H3KIT_EMBEDDINGS_DIR (os.pathsep list)."""
+    if host_loaded("folder_paths"):
+        return [Path(p) for p in host_module("folder_paths").get_folder_paths("embeddings")]
+    raw = os.environ.get(ENV_DIR, "")
+    return [Path(p) for p in raw.split(os.pathsep) if p]
+
+
+def _walk_files(root: Path) -> list[str]:
+    """Relative POSIX names of embedding files under `root` (following links, each real folder once)."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a link loop would otherwise walk forever
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        dirnames.sort()
+        rel_dir = Path(dirpath).relative_to(root)
+        for name in sorted(filenames):
+            if name.lower().endswith(EXTENSIONS):
+                found.append((rel_dir / name).as_posix())
+    return found
+
+
+def list_effect_files() -> list[str]:
+    """Names for the effect combo. Reads directory entries only: no file is opened at startup."""
+    names: list[str] = []
+    for root in embedding_dirs():
+        if root.is_dir():
+            names.extend(n for n in _walk_files(root) if n not in names)
+    return names
+
+
+def _inside(folder: Path, candidate: str) -> bool:
+    # abspath, not realpath: a link inside the folder is the user's choice (ComfyUI's load_embed does the same)
+    folder_abs = os.path.abspath(folder)
+    try:
+        return os.path.commonpath((folder_abs, os.path.abspath(candidate))) == folder_abs
+    except ValueError:  # different drives on Windows
+        return False
+
+
+def resolve_effect_file(node: str, input_name: str, name: str) -> Path:
+    """The file behind a combo value; names that leave the embeddings folders are refused."""
+    dirs = embedding_dirs()
+    if not dirs:
+        raise H3KitInputError(node, input_name, name, "no embeddings folder is configured",
+                              f"run inside ComfyUI (models/embeddings) or set {ENV_DIR} to the folder")
+    if not isinstance(name, str) or not name or "\x00" in name or os.path.isabs(name):
+        raise H3KitInputError(node, input_name, name, "not a file name inside the embeddings folder",
+                              "choose an effect from the list")
+    if not name.lower().endswith(EXTENSIONS):
+        raise H3KitInputError(node, input_name, name, "not an embedding file",
+                              f"choose a {', '.join(EXTENSIONS)} file from the list")
+    for root in dirs:
+        candidate = os.path.join(root, name)
+        if not _inside(root, candidate):
+            raise H3KitInputError(node, input_name, name, "the name points outside the embeddings folder",
+                                  "choose an effect from the list; names cannot contain '..'")
+        if os.path.isfile(candidate):
+            return Path(candidate)
+    raise H3KitInputError(
+        node, input_name, name,
+        f"unknown effect file: not found in {', '.join(str(d) for d in dirs)}",
+        f"copy the file into models/embeddings/ and refresh (R), or choose one of: {', '.join(list_effect_files()[:8]) or 'none installed'}",
+    )
+
+
+# ------------------------------------------------------------------------------------------- reading effect files
+@dataclass(frozen=True)
+class EffectInfo:
+    name: str  # the combo value, relative to its embeddings folder
+    path: Path
+    rows: int
+    width: int
+    dtype: str
+    tensor: str | None  # tensor name inside a safetensors file
+
+    def summary(self) -> dict[str, Any]:
+        return {"file": self.name, "rows": self.rows, "width": self.width, "dtype": self.dtype}
+
+
+def read_safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
+    """(JSON header, size of the data section) — reads 8 + header bytes, never the tensor data."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise ValueError(f"file is {size} bytes, too short for a safetensors header")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > min(HEADER_LIMIT, size - 8):
+            raise ValueError(f"header length {length} does not fit the {size}-byte file")
+        header = json.loads(handle.read(length).decode("utf-8"))
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    return header, size - 8 - length
+
+
+def _pick_tensor(names: list[str]) -> str | None:
+    """Which tensor ComfyUI's load_embed uses for H3: the one keyed qwen3vl_32b, else the only one."""
+    if H3_EMBED_KEY in names:
+        return H3_EMBED_KEY
+    return names[0] if len(names) == 1 else None
+
+
+def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
+    try:
+        header, data_bytes = read_safetensors_header(path)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
+                              "download the effect file again") from exc
+    tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+    chosen = _pick_tensor(sorted(tensors))
+    if chosen is None:
+        raise H3KitInputError(node, input_name, name,
+                              f"holds {len(tensors)} tensors ({', '.join(sorted(tensors)[:6]) or 'none'}) and none is named '{H3_EMBED_KEY}'",
+                              f"use an effect file with one tensor, or name the effect tensor '{H3_EMBED_KEY}'")
+    entry = tensors[chosen]
+    shape, dtype = list(entry.get("shape", [])), str(entry.get("dtype", "?"))
+    begin, end = (entry.get("data_offsets") or [0, 0])[:2]
+    if end > data_bytes:
+        raise H3KitInputError(node, input_name, name,
+                              f"file is truncated: tensor '{chosen}' ends at byte {end} of the data section, which has {data_bytes}",
+                              "download the effect file again (the copy is incomplete)")
+    if dtype not in FLOAT_DTYPES:
+        raise H3KitInputError(node, input_name, name, f"tensor '{chosen}' has dtype {dtype}, not a float type",
+                              "use an effect file with F16, BF16 or F32 rows")
+    if end - begin != math.prod(shape) * FLOAT_DTYPES[dtype]:
+        raise H3KitInputError(node, input_name, name,
+                              f"tensor '{chosen}' declares shape {shape} but stores {end - begin} bytes",
+                              "download the effect file again")
+    return _checked(node, input_name, name, path, shape, dtype, chosen)
+
+
+def _legacy_tensor(node: str, input_name: str, name: str, path: Path) -> torch.Tensor:
+    """The embedding inside a .pt/.bin file, loaded without pickle code (weights_only=True)."""
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad or unsafe file
+        raise H3KitInputError(node, input_name, name,
+                              f"cannot be read safely ({type(exc).__name__}: {str(exc)[:160]})",
+                              "convert it to .safetensors; H3Kit never unpickles code") from exc
+    if isinstance(obj, dict) and isinstance(obj.get("string_to_param"), dict):  # A1111 textual inversion
+        obj = next(iter(obj["string_to_param"].values()), None)
+    elif isinstance(obj, dict):
+        tensors = {k: v for k, v in obj.items() if torch.is_tensor(v)}
+        key = _pick_tensor(sorted(tensors))
+        obj = tensors.get(key) if key else None
+    if not torch.is_tensor(obj):
+        raise H3KitInputError(node, input_name, name, "holds no single embedding tensor",
+                              f"save the [N, {H3_WIDTH}] rows alone (or under '{H3_EMBED_KEY}') as .safetensors")
+    return obj
+
+
+def _checked(node: str, input_name: str, name: str, path: Path, shape: list[int], dtype: str,
+             tensor: str | None) -> EffectInfo:
+    if len(shape) != 2:
+        raise H3KitInputError(node, input_name, name,
+                              f"the tensor has shape {shape}: an effect is 2-D [N, {H3_WIDTH}] (N rows of conditioning tokens)",
+                              f"use an H3 effect file; a single vector needs reshaping to [1, {H3_WIDTH}]")
+    rows, width = shape
+    if width != H3_WIDTH:
+        raise H3KitInputError(node, input_name, name,
+                              f"rows are {width} wide; {width_hint(width)}, while the MiniMax-H3 encoder needs {H3_WIDTH} "
+                              "(ComfyUI would drop it with only a 'shape mismatch' log line)",
+                              f"use an effect made for MiniMax-H3 ([N, {H3_WIDTH}]); this one belongs to another model")
+    if rows < 1:
+        raise H3KitInputError(node, input_name, name, "the tensor has 0 rows", "use a non-empty effect file")
+    return EffectInfo(name, path, rows, width, dtype, tensor)
+
+
+def inspect_effect(node: str, input_name: str, name: str) -> EffectInfo:
+    """Check an effect file without loading its rows (safetensors: header only)."""
+    path = resolve_effect_file(node, input_name, name)
+    if path.suffix.lower() == ".safetensors":
+        return _inspect_safetensors(node, input_name, name, path)
+    tensor = _legacy_tensor(node, input_name, name, path)
+    return _checked(node, input_name, name, path, list(tensor.shape), str(tensor.dtype).removeprefix("torch."), None)
+
+
+def load_effect_rows(node: str, input_name: str, info: EffectInfo) -> torch.Tensor:
+    """The [N, 5120] rows as float32 (the dtype ComfyUI splices embeddings in)."""
+    if info.tensor is not None:
+        from safetensors import safe_open
+
+        with safe_open(str(info.path), framework="pt", device="cpu") as handle:
+            rows = handle.get_tensor(info.tensor)
+    else:
+        rows = _legacy_tensor(node, input_name, info.name, info.path)
+    if tuple(rows.shape) != (info.rows, info.width):
+        raise H3KitInputError(node, input_name, info.name, f"file changed while reading (shape {list(rows.shape)})",
+                              "run the node again")
+    return rows.to(torch.float32)
+
+
+# ------------------------------------------------------------------------------------------- markers in text
+def _comfy_candidates(marker_name: str, dirs: list[Path]) -> set[str]:
+    """Every file ComfyUI's load_embed could pick for `embedding:<marker_name>`: it searches each folder and
+    all its subfolders (in no fixed order), trying the name as given, then + .safetensors/.pt/.bin."""
+    found: set[str] = set()
+    for root in dirs:
+        if not root.is_dir():
+            continue
+        for dirpath, _, _ in os.walk(root, followlinks=True):
+            base = os.path.join(dirpath, marker_name)
+            if not _inside(dirpath, base):
+                continue
+            for candidate in (base, *(base + ext for ext in EXTENSIONS)):
+                if os.path.isfile(candidate):
+                    found.add(os.path.realpath(candidate))
+                    break
+    return found
+
+
+def _marker_safe(name: str) -> bool:
+    # ComfyUI takes the first whitespace-separated word, cuts it at '<' or '[' and strips trailing commas
+    return bool(name) and not re.search(r"[\s<\[]", name) and not name.endswith(",")
+
+
+def marker_for(node: str, input_name: str, info: EffectInfo) -> str:
+    """`embedding:<name>` that ComfyUI resolves to exactly this file: the bare stem when unambiguous."""
+    stem = info.name[: -len(info.path.suffix)]
+    target = os.path.realpath(info.path)
+    dirs = embedding_dirs()
+    for name in (stem, info.name):
+        if _marker_safe(name) and _comfy_candidates(name, dirs) == {target}:
+            return MARKER + name
+    if not _marker_safe(info.name):
+        raise H3KitInputError(node, input_name, info.name,
+                              "the file name contains a space, '<', '[' or a trailing comma, which ends an embedding: marker",
+                              "rename the file (letters, digits, '_', '-', '.')")
+    others = sorted(_comfy_candidates(stem, dirs) - {target})
+    raise H3KitInputError(node, input_name, info.name,
+                          f"'{MARKER}{stem}' is ambiguous: ComfyUI may load {', '.join(others[:3])} instead",
+                          "rename or remove the other file with the same name")
+
+
+def insertion_cut(text: str, position: str, report: Report) -> int:
+    """Character index where markers go: always after at least one word, so never the first token (F15)."""
+    if position not in POSITIONS:
+        raise H3KitInputError(report.node, "position", position, "unknown position", f"use one of: {', '.join(POSITIONS)}")
+    used = position
+    if used == "after_first_shot_tag":
+        match = SHOT_TAG.search(text)
+        if match:
+            report.set(position_used=used)
+            return match.end()
+        report.fallback("no_shot_tag", "no [Shot k] tag in the prompt; effects placed after the first sentence instead")
+        used = "after_first_sentence"
+    if used == "after_first_sentence":
+        for match in SENTENCE_END.finditer(text):
+            if WORD.search(text[: match.start()]):  # an empty first sentence ('. a cat') does not count
+                report.set(position_used=used)
+                return match.end()
+        if position == "after_first_sentence":
+            report.fallback("no_sentence_end", "the prompt has no sentence end after a word; effects placed at the end")
+        used = "end"
+    cut = len(text.rstrip())
+    if not WORD.search(text[:cut]):
+        raise H3KitInputError(report.node, "prompt", text,
+                              "the prompt has no word for the effect to follow; a marker as the first token has no effect (F15)",
+                              "write the scene first, e.g. 'integrated_multimodal_description: [Shot 1] A man on a rooftop.'")
+    report.set(position_used=used)
+    return cut
+
+
+def insert_markers(text: str, cut: int, markers: list[str]) -> str:
+    """Markers at `cut` with whitespace on both sides (ComfyUI only parses a marker that follows a space or
+    newline; the name ends at the next whitespace)."""
+    head, tail = text[:cut], text[cut:]
+    before = "" if head.endswith((" ", "\n")) else " "
+    after = "" if not tail or tail[0].isspace() else " "
+    return head + before + " ".join(markers) + after + tail
+
+
+def split_leading_markers(text: str) -> tuple[list[str], str]:
+    """(markers at the very start, even after whitespace; the rest of the prompt)."""
+    match = LEADING_MARKERS.match(text)
+    if not match:
+        return [], text
+    return match.group(0).split(), text[match.end():]
+
+
+def marker_problems(text: str) -> list[str]:
+    """Markers ComfyUI will treat as literal text or cannot resolve, each as one sentence."""
+    problems = []
+    dirs = embedding_dirs()
+    for match in ANY_MARKER.finditer(text):
+        start, raw = match.start(), match.group(1)
+        if start > 0 and text[start - 1] not in " \n":
+            problems.append(f"'{match.group(0)}' follows '{text[start - 1]}', not a space or newline, so ComfyUI reads it as plain text")
+            continue
+        name = re.split(r"[<\[]", raw)[0].rstrip(",")
+        if not name or not _comfy_candidates(name, dirs):
+            problems.append(f"'{MARKER}{name}' matches no file in the embeddings folders, so ComfyUI ignores it")
+    return problems
+
+
+def _selected_effects(effects: list[str]) -> list[str]:
+    return [e for e in effects if e and e != NONE]
+
+
+def _version_note(report: Report) -> None:
+    version = comfyui_version()
+    if version and parse_version(version) < MIN_COMFYUI:
+        report.warn(f"ComfyUI {version} has no native MiniMax-H3 text encoder; effect embeddings need ComfyUI >= 0.34.0")
+
+
+def _file_signature(effects: list[str]) -> str:
+    """Changes when an effect file is replaced, so ComfyUI re-runs the node instead of reusing a cached result."""
+    parts = []
+    for name in _selected_effects(effects):
+        for root in embedding_dirs():
+            path = os.path.join(root, name)
+            if _inside(root, path) and os.path.isfile(path):
+                stat = os.stat(path)
+                parts.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
+                break
+    return "|".join(parts)
+
+
+# ============================================================================== H3KitEffectPrompt
+POSITION_TOOLTIP = (
+    "Where the effect goes. after_first_shot_tag: right after the first [Shot k] (falls back to after the first "
+    "sentence when there is none). after_first_sentence: after the first sentence end. end: at the end. "
+    "Never the first token: a marker there has no effect on H3 (F15)."
+)
+
+
+class H3KitEffectPrompt:
+    DISPLAY_NAME = "H3Kit Effect Prompt"
+    CATEGORY = CATEGORY
+    DESCRIPTION = (
+        "Adds MiniMax-H3 effect embeddings (models/embeddings, [N, 5120]) to a prompt as embedding:<name> markers, "
+        "mid-sentence where they take effect (never as the first token, F15), after checking each file: present, "
+        "2-D, 5120 wide, complete. Feed the output to MiniMaxH3ImageToVideo's prompt. Needs ComfyUI >= 0.34."
+    )
+    FUNCTION = "execute"
+    RETURN_TYPES = ("STRING", "STRING")
+    RETURN_NAMES = ("prompt", "report")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        options = [NONE, *list_effect_files()]
+        effect_opts = {"default": NONE, "model_folder": "embeddings"}
+        return {
+            "required": {
+                "prompt": ("STRING", {
+                    "multiline": True, "default": "integrated_multimodal_description: [Shot 1] ",
+                    "tooltip": "The H3 prompt. Markers already at its very start are moved mid-sentence (or refused when strict).",
+                }),
+                "effect": (options, {**effect_opts, "tooltip": "Effect embedding file from models/embeddings ([N, 5120] for H3); 'none' adds nothing."}),
+            },
+            "optional": {
+                "effect_2": (options, {**effect_opts, "tooltip": "A second effect, inserted right after the first."}),
+                "effect_3": (options, {**effect_opts, "tooltip": "A third effect, inserted after the second."}),
+                "position": (list(POSITIONS), {"default": POSITIONS[0], "tooltip": POSITION_TOOLTIP}),
+                "strict": ("BOOLEAN", {
+                    "default": False,
+                    "tooltip": "On: stop with an error (showing the fixed prompt) when the prompt starts with a marker or "
+                               "holds a marker ComfyUI would ignore. Off: move leading markers and list the rest in the report.",
+                }),
+            },
+        }
+
+    @classmethod
+    def IS_CHANGED(cls, effect: str = NONE, effect_2: str = NONE, effect_3: str = NONE, **_: Any) -> str:
+        return _file_signature([effect, effect_2, effect_3])
+
+    def execute(self, prompt: str, effect: str, effect_2: str = NONE, effect_3: str = NONE,
+                position: str = POSITIONS[0], strict: bool = False) -> tuple[str, str]:
+        node = type(self).__name__
+        report = Report(node).set(position_requested=position)
+        _version_note(report)
+        chosen = [(name, value) for name, value in (("effect", effect), ("effect_2", effect_2), ("effect_3", effect_3))
+                  if value and value != NONE]
+        seen: dict[str, str] = {}
+        for input_name, value in chosen:
+            if value in seen:
+                raise H3KitInputError(node, input_name, value, f"the same effect is already chosen in '{seen[value]}'",
+                                      f"set '{input_name}' to none or to another effect")
+            seen[value] = input_name
+        infos = [(input_name, inspect_effect(node, input_name, value)) for input_name, value in chosen]
+        markers = [marker_for(node, input_name, info) for input_name, info in infos]
+
+        moved, body = split_leading_markers(prompt)
+        result = self._place(body, moved + markers, position, report) if moved or markers else prompt
+        if moved:
+            problem = f"the prompt starts with {' '.join(moved)}; a marker as the first token has no effect (F15)"
+            if strict:
+                raise H3KitInputError(node, "prompt", prompt, problem, f"use this prompt instead: {result!r}")
+            report.warn(problem + "; moved mid-sentence")
+        for problem in marker_problems(body) + marker_problems(" ".join(moved)):
+            if strict:
+                raise H3KitInputError(node, "prompt", prompt, problem, "put a space before the marker and install the file")
+            report.warn(problem)
+        report.set(
+            effects=[{**info.summary(), "marker": marker} for (_, info), marker in zip(infos, markers, strict=True)],
+            rows_total=sum(info.rows for _, info in infos),
+            moved_markers=moved,
+            prompt=result,
+        )
+        if not chosen and not moved:
+            report.set(position_used=None, note="no effect chosen; prompt unchanged")
+        return result, report.json()
+
+    @staticmethod
+    def _place(body: str, markers: list[str], position: str, report: Report) -> str:
+        cut = insertion_cut(body, position, report)
+        report.set(insert_at_char=cut)
+        return insert_markers(body, cut, markers)
+
+
+# ============================================================================== H3KitEffectSplice
+@dataclass
+class TokenStream:
+    """One encoder's entries in ComfyUI's token-list form (host-api.md §4): [(token, weight[, word_id]), ...]
+    where token is an int id, a 1-D embedding tensor, or a dict (vision block)."""
+    key: str
+    entries: list[tuple]
+
+    def embedding_rows(self, width: int) -> int:
+        return sum(1 for e in self.entries if torch.is_tensor(e[0]) and e[0].dim() == 1 and e[0].shape[0] == width)
+
+
+def _contract_error(node: str, found: str) -> H3KitInputError:
+    return H3KitInputError(
+        node, "clip", found,
+        "the connected encoder's tokenizer does not return ComfyUI's token-list form "
+        "{encoder: [[(token, weight), ...]]} (host-api.md §4), so rows cannot be spliced safely",
+        "connect the MiniMax-H3 text encoder (CLIPLoader type 'minimax'), or use H3KitEffectPrompt's "
+        "embedding: markers with this encoder",
+    )
+
+
+def _declared_width(clip: Any, key: str) -> int | None:
+    """embedding_size of the inner SDTokenizer for `key`, when the tokenizer exposes it."""
+    outer = getattr(clip, "tokenizer", None)
+    for attr in (getattr(outer, "clip", None), key, f"clip_{key}"):
+        inner = getattr(outer, attr, None) if isinstance(attr, str) else None
+        if inner is not None and isinstance(getattr(inner, "embedding_size", None), int):
+            return inner.embedding_size
+    return None
+
+
+def _valid_entry(entry: Any) -> bool:
+    if not isinstance(entry, tuple) or len(entry) < 2 or not isinstance(entry[1], numbers.Real):
+        return False
+    token = entry[0]
+    is_id = isinstance(token, numbers.Integral) and not isinstance(token, bool)
+    return is_id or torch.is_tensor(token) or isinstance(token, dict)
+
+
+def token_stream(node: str, clip: Any, text: str) -> TokenStream:
+    """clip.tokenize(text) checked against the token-list contract; exactly one encoder stream, one batch."""
+    tokenize = getattr(clip, "tokenize", None)
+    if not callable(tokenize) or not callable(getattr(clip, "encode_from_tokens_scheduled", None)):
+        raise _contract_error(node, f"{type(clip).__name__} without tokenize/encode_from_tokens_scheduled")
+    tokens = tokenize(text)
+    if not isinstance(tokens, dict) or not tokens:
+        raise _contract_error(node, f"tokenize() returned {type(tokens).__name__}")
+    keys = list(tokens)
+    if len(keys) > 1:
+        keys = [k for k in keys if _declared_width(clip, k) == H3_WIDTH] or keys
+    if len(keys) != 1:
+        raise _contract_error(node, f"{len(tokens)} encoder streams ({', '.join(map(str, tokens))}), none declared {H3_WIDTH} wide")
+    batches = tokens[keys[0]]
+    if not isinstance(batches, list) or not all(isinstance(b, list) for b in batches):
+        raise _contract_error(node, f"tokenize()['{keys[0]}'] is {type(batches).__name__}, not a list of batches")
+    if len(batches) != 1:
+        raise H3KitInputError(node, "prompt", text, f"the encoder split the prompt into {len(batches)} token batches",
+                              "use the MiniMax-H3 encoder (one batch per prompt) or a shorter prompt")
+    if not all(_valid_entry(e) for e in batches[0]):
+        bad = next(e for e in batches[0] if not _valid_entry(e))
+        raise _contract_error(node, f"entry {bad!r:.80}")
+    return TokenStream(keys[0], list(batches[0]))
+
+
+def _same_token(a: tuple, b: tuple) -> bool:
+    x, y = a[0], b[0]
+    if torch.is_tensor(x) and torch.is_tensor(y):
+        return x.shape == y.shape and bool(torch.equal(x, y))
+    if isinstance(x, dict) or isinstance(y, dict):
+        return x is y
+    return type(x) is type(y) and x == y
+
+
+def common_prefix(a: list[tuple], b: list[tuple]) -> int:
+    count = 0
+    for x, y in zip(a, b, strict=False):
+        if not _same_token(x, y):
+            break
+        count += 1
+    return count
+
+
+def conditioning_shape(node: str, cond: Any) -> tuple[int, ...]:
+    if not (isinstance(cond, list) and cond and isinstance(cond[0], (list, tuple)) and torch.is_tensor(cond[0][0])):
+        raise _contract_error(node, f"encode_from_tokens_scheduled returned {type(cond).__name__}")
+    return tuple(cond[0][0].shape)
+
+
+class H3KitEffectSplice:
+    DISPLAY_NAME = "H3Kit Effect Splice (verified)"
+    CATEGORY = CATEGORY
+    DESCRIPTION = (
+        "Encodes the prompt with the connected MiniMax-H3 text encoder and splices an effect's N rows into the token "
+        "list at the chosen position (never position 0), then proves it: the token list must grow by exactly N "
+        "entries 5120 wide and the conditioning must be 5120 wide. Use the CONDITIONING as t2va positive "
+        "(with EmptyMiniMaxH3LatentAV)."
+    )
+    FUNCTION = "execute"
+    RETURN_TYPES = ("CONDITIONING", "STRING")
+    RETURN_NAMES = ("conditioning", "report")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "clip": ("CLIP", {"tooltip": "The MiniMax-H3 text encoder (CLIPLoader type 'minimax')."}),
+                "prompt": ("STRING", {"multiline": True, "default": "integrated_multimodal_description: [Shot 1] ",
+                                      "tooltip": "The H3 prompt, without the effect marker."}),
+                "effect": (list_effect_files(), {"model_folder": "embeddings",
+                                                 "tooltip": "Effect embedding file ([N, 5120]) from models/embeddings."}),
+                "position": (list(POSITIONS), {"default": POSITIONS[0], "tooltip": POSITION_TOOLTIP}),
+            },
+            "optional": {
+                "strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 4.0, "step": 0.05,
+                                       "tooltip": "Scales the effect rows (1.0 = as trained)."}),
+            },
+        }
+
+    @classmethod
+    def IS_CHANGED(cls, effect: str = "", **_: Any) -> str:
+        return _file_signature([effect])
+
+    def execute(self, clip: Any, prompt: str, effect: str, position: str = POSITIONS[0],
+                strength: float = 1.0) -> tuple[list, str]:
+        node = type(self).__name__
+        report = Report(node).set(position_requested=position, strength=strength)
+        _version_note(report)
+        if not math.isfinite(strength) or strength < 0:
+            raise H3KitInputError(node, "strength", strength, "must be a finite number >= 0", "use 1.0")
+        moved, _ = split_leading_markers(prompt)
+        if moved:
+            raise H3KitInputError(node, "prompt", prompt, f"the prompt starts with {' '.join(moved)}, which has no effect (F15)",
+                                  "remove it and choose the effect in 'effect'")
+        info = inspect_effect(node, "effect", effect)
+        rows = load_effect_rows(node, "effect", info) * strength
+        if strength == 0:
+            report.warn("strength 0 splices zero rows: the effect is neutralised")
+
+        cut = insertion_cut(prompt, position, report)
+        base = token_stream(node, clip, prompt)
+        declared = _declared_width(clip, base.key)
+        if declared is not None and declared != H3_WIDTH:
+            raise H3KitInputError(node, "clip", base.key,
+                                  f"the connected encoder takes {declared}-wide embeddings ({width_hint(declared)}), not {H3_WIDTH}",
+                                  "connect the MiniMax-H3 text encoder (CLIPLoader type 'minimax')")
+        index = common_prefix(token_stream(node, clip, prompt[:cut]).entries, base.entries)
+        if index < 1:
+            raise H3KitInputError(node, "prompt", prompt, "no token precedes the chosen position", FIX_F15)
+        spliced = base.entries[:index] + [(row, 1.0) for row in rows] + base.entries[index:]
+        self._verify_growth(node, base, spliced, info.rows)
+
+        cond = clip.encode_from_tokens_scheduled({base.key: [spliced]})
+        shape = conditioning_shape(node, cond)
+        if shape[-1] != H3_WIDTH:
+            raise H3KitInputError(node, "clip", base.key,
+                                  f"the encoder returned {shape[-1]}-wide conditioning ({width_hint(shape[-1])}); "
+                                  f"the {info.rows} effect rows were not applied", "connect the MiniMax-H3 text encoder")
+        if len(shape) != 3 or shape[1] != len(spliced):
+            raise H3KitInputError(node, "clip", base.key,
+                                  f"the encoder returned conditioning {list(shape)} for {len(base.entries)} prompt tokens + "
+                                  f"{info.rows} effect rows = {len(spliced)} positions, so the splice cannot be verified",
+                                  "connect the MiniMax-H3 text encoder (one conditioning position per token)")
+        report.set(effect=info.summary(), rows_spliced=info.rows, encoder=base.key, declared_width=declared,
+                   insert_at_char=cut, insert_at_token=index, tokens_before=len(base.entries),
+                   tokens_after=len(spliced), conditioning_shape=list(shape))
+        return cond, report.json()
+
+    @staticmethod
+    def _verify_growth(node: str, base: TokenStream, spliced: list[tuple], rows: int) -> None:
+        """The check nobody had: the sequence grew by exactly N entries, each a 5120-wide embedding row."""
+        grown = len(spliced) - len(base.entries)
+        added = TokenStream(base.key, spliced).embedding_rows(H3_WIDTH) - base.embedding_rows(H3_WIDTH)
+        if grown != rows or added != rows:
+            raise H3KitInputError(node, "effect", rows,
+                                  f"the token list grew by {grown} entries ({added} of width {H3_WIDTH}) instead of {rows}",
+                                  "report this with the effect file; nothing was encoded")
+
+
+NODES = [H3KitEffectPrompt, H3KitEffectSplice]
