@@ -1,0 +1,168 @@
+"""H3KitPreflight: `python -m h3kit doctor` inside a graph, so a run that would fail silently says so first.
+
+Drop it anywhere in a workflow (no wires needed). It has no linked inputs, so ComfyUI runs it before any
+loader or sampler, and it checks the graph it sits in (or a pasted API-format workflow): the workflow
+lints (F15, F16, F19, F20, F23, F27), safetensors headers of the model files (F13/F14) and, optionally,
+this ComfyUI's version (F01), torch CUDA build (F12), comfy-kitchen, GPU/bf16 and SageAttention (F28).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .common import H3KitInputError, Report, category
+
+NODE_ID = "H3KitPreflight"
+
+
+def host_locator() -> Any:
+    """locate(folder, name) over ComfyUI's model folders; None outside ComfyUI."""
+    from ..adapters.host import host_loaded, host_module
+
+    if not host_loaded("folder_paths"):
+        return None
+    folder_paths = host_module("folder_paths")
+
+    def locate(folder: str, name: str) -> Path | None:
+        for key in {"unet_gguf": ("unet_gguf", "unet"), "diffusion_models": ("diffusion_models", "unet")}.get(
+                folder, (folder,)):
+            if key not in folder_paths.folder_names_and_paths:
+                continue
+            path = folder_paths.get_full_path(key, name)  # resolves inside the folder only
+            if path:
+                return Path(path)
+        return None
+
+    return locate
+
+
+def host_node_ids() -> set[str] | None:
+    from ..adapters.host import host_loaded, host_module
+
+    return set(host_module("nodes").NODE_CLASS_MAPPINGS) if host_loaded("nodes") else None
+
+
+def parse_workflow(text: str) -> dict:
+    try:
+        graph = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise H3KitInputError(NODE_ID, "workflow_json", text, f"not valid JSON ({exc})",
+                              "paste an API-format workflow (Export (API)), or leave it empty to check this graph") from exc
+    if not isinstance(graph, dict) or not graph:
+        raise H3KitInputError(NODE_ID, "workflow_json", text, "not an API-format graph (a JSON object of nodes)",
+                              "paste an API-format workflow (Export (API)), or leave it empty to check this graph")
+    return graph
+
+
+def graph_checks(graph: dict, pasted: bool) -> list:
+    from ..scripts import doctor
+    from ..scripts.schemas import offline_schemas
+
+    # The preflight node's own text (a pasted workflow) is not a prompt to lint.
+    graph = {nid: n for nid, n in graph.items() if not (isinstance(n, dict) and n.get("class_type") == NODE_ID)}
+    checks = []
+    available = host_node_ids()
+    if pasted and available is not None:
+        checks += doctor.missing_node_checks(graph, available)
+    locate = host_locator()
+    # ComfyUI validated its own prompt against this host's schemas; a pasted one is checked against the
+    # pinned ComfyUI >= 0.34 schemas.
+    checks += doctor.workflow_checks(graph, offline_schemas(), locate, on_server=available is not None,
+                                     schema_check=pasted)
+    if pasted and locate is not None:
+        checks += missing_file_checks(graph, locate)
+    return checks
+
+
+def missing_file_checks(graph: dict, locate: Any) -> list:
+    from ..scripts import doctor
+    from ..scripts.lints import model_inputs
+    from ..scripts.schemas import offline_schemas
+
+    return [doctor.Check(doctor.FAIL, "model files", f"node {nid} ({ct}) {name} = '{filename}' is not in models/{folder}",
+                         f"put the file into ComfyUI/models/{folder}/ and refresh")
+            for nid, ct, name, folder, filename in model_inputs(graph, offline_schemas()) if locate(folder, filename) is None]
+
+
+def environment_checks(graph: dict) -> list:
+    from ..adapters.host import comfyui_version
+    from ..scripts import doctor
+
+    checks = doctor.local_checks()
+    version = comfyui_version()
+    if version is not None:
+        checks.append(doctor.comfyui_version_check(version, graph))
+    return checks
+
+
+class H3KitPreflight:
+    DISPLAY_NAME = "H3Kit Preflight (doctor)"
+    CATEGORY = category("Diagnostics")
+    DESCRIPTION = (
+        "Checks the workflow it sits in before anything heavy runs: refine first sigma (F23), effect-marker "
+        "placement (F15), sampler/LoRA family (F27), sizes and frame grids (F19, F20), Spectrum warmup (F16), "
+        "safetensors headers of the model files (F13), and this ComfyUI's version, torch CUDA build, kitchen, "
+        "GPU and SageAttention. Needs no wires; ComfyUI runs it first. strict stops the run on any FAIL."
+    )
+    FUNCTION = "execute"
+    RETURN_TYPES = ("STRING",)
+    RETURN_NAMES = ("report",)
+    OUTPUT_NODE = True
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict:
+        return {
+            "required": {
+                "strict": ("BOOLEAN", {"default": False, "tooltip":
+                           "On: stop the run with an error when any check FAILs (warnings never stop it). "
+                           "Off: only report."}),
+                "check_environment": ("BOOLEAN", {"default": True, "tooltip":
+                                      "Also check this ComfyUI's version (F01), torch CUDA build (F12), comfy-kitchen, "
+                                      "GPU/bf16 and SageAttention vs the GPU (F28)."}),
+            },
+            "optional": {
+                "workflow_json": ("STRING", {"default": "", "multiline": True, "tooltip":
+                                  "Leave empty to check the graph this node sits in. Or paste an API-format workflow "
+                                  "(Export (API)) to check that one, including missing nodes and model files."}),
+            },
+            "hidden": {"prompt": "PROMPT", "unique_id": "UNIQUE_ID"},
+        }
+
+    @classmethod
+    def IS_CHANGED(cls, **kwargs: Any) -> float:
+        # The graph around it is a hidden input ComfyUI does not hash: always re-check, it is cheap.
+        return float("nan")
+
+    def execute(self, strict: bool = False, check_environment: bool = True, workflow_json: str = "",
+                prompt: dict | None = None, unique_id: Any = None) -> dict:
+        from ..scripts import doctor
+
+        pasted = bool(workflow_json and workflow_json.strip())
+        if pasted:
+            graph = parse_workflow(workflow_json)
+        elif isinstance(prompt, dict):
+            graph = prompt
+        else:
+            raise H3KitInputError(NODE_ID, "workflow_json", workflow_json, "empty, and ComfyUI passed no graph",
+                                  "paste an API-format workflow to check")
+        checks = (environment_checks(graph) if check_environment else []) + graph_checks(graph, pasted)
+        failed = [c for c in checks if c.status == doctor.FAIL]
+        report = Report(NODE_ID)
+        report.set(source="workflow_json" if pasted else "this graph", nodes=len(graph),
+                   fail=len(failed), warn=sum(c.status == doctor.WARN for c in checks),
+                   checks=[{"status": c.status, "check": c.name, "detail": c.detail, "fix": c.fix} for c in checks])
+        for check in checks:
+            if check.status != doctor.PASS:
+                report.warn(f"{check.status} {check.name}: {check.detail}")
+        if strict and failed:
+            raise H3KitInputError(NODE_ID, "strict", True, f"{len(failed)} preflight check(s) failed: " +
+                                  " | ".join(f"{c.detail} (fix: {c.fix})" for c in failed),
+                                  "fix the listed problems, or turn strict off to run anyway")
+        text = report.json()
+        summary = "\n".join(c.line() for c in checks)
+        return {"ui": {"text": [summary]}, "result": (text,)}
+
+
+NODES = [H3KitPreflight]

@@ -1,0 +1,532 @@
+"""UI-format (litegraph) copies of the API graphs, for ComfyUI's template browser (`python -m h3kit workflows ui`).
+
+The template browser lists every `*.json` directly in a pack's `workflows/` and opens it as UI format; an
+API-format file there fails with "Workflow does not contain a valid version" and clears the open graph. So
+each `workflows/api/<name>.json` gets a generated `workflows/<name>.json` (laid out left to right by stage
+and dependency depth, grouped "H3 draft" / "handoff" / "LTX refine" / "output") and a `workflows/<name>.jpg`
+thumbnail drawn from the graph. `--check` regenerates in memory and exits 1 when a committed file is stale.
+
+Widget values follow the frontend's serialisation (comfyui-frontend-package 1.27): one value per widget in
+the order the node's schema declares its widget inputs; an INT seed with control_after_generate is followed
+by its control value; an upload combo is followed by its upload button's value; a V3 DynamicCombo
+(SaveVideo's "format") is followed by its child widgets, named "<combo>.<child>" ("format.codec").
+Input slots list the link-only sockets first (required, then optional), then one socket per widget; V3
+Autogrow slots ("ref_images.ref_image_0") are sockets named by their dotted API key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import schemas as schema_src
+from .validate import input_kind, is_link
+
+GENERATOR = "h3kit workflows ui 1"
+WIDGET_KINDS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "COMFY_DYNAMICCOMBO_V3"}
+SEED_NAMES = ("seed", "noise_seed")
+SEED_CONTROL = "fixed"  # templates keep their seed: the user gets the documented result first time
+
+STAGES = ("H3 draft", "handoff", "LTX refine", "output")
+STAGE_COLORS = {"H3 draft": "#3f789e", "handoff": "#a1309b", "LTX refine": "#88a", "output": "#8A8"}
+OUTPUT_CLASSES = {
+    "SaveVideo", "SaveImage", "SaveAudio", "SaveLatent", "PreviewImage", "PreviewAny", "CreateVideo",
+    "VHS_VideoCombine",
+}
+HANDOFF_CLASSES = {"H3KitDraftToLTX"}
+LTX_CLASSES = {"H3KitRefineSetup", "ModelSamplingLTXV", "LTXAVTextEncoderLoader"}
+
+SLOT_H, WIDGET_H, MULTILINE_H = 20, 24, 110
+TITLE_H, COL_GAP, ROW_GAP, GROUP_PAD, GROUP_TITLE_H = 30, 90, 50, 20, 45
+
+
+class WorkflowUIError(ValueError):
+    """A graph that cannot be turned into a UI-format workflow; the message names the file, node and fix."""
+
+
+# ---------------------------------------------------------------- schema -> widgets and sockets
+@dataclass
+class Widget:
+    name: str  # widget name on the node (dotted for DynamicCombo children)
+    kind: str  # INT/FLOAT/...; "control" / "upload" for frontend-only widgets
+    spec: list = field(default_factory=list)
+
+    @property
+    def is_value(self) -> bool:
+        """True when the widget carries an input value (the frontend's extra widgets do not)."""
+        return self.kind not in ("control", "upload")
+
+
+def _ordered_inputs(info: dict) -> list[tuple[str, list, bool]]:
+    """(name, spec, optional) in the schema's declared order, required first."""
+    found = []
+    for section in ("required", "optional"):
+        specs = info.get("input", {}).get(section, {})
+        order = info.get("input_order", {}).get(section) or list(specs)
+        found.extend((name, specs[name], section == "optional") for name in order if name in specs)
+    return found
+
+
+def _upload_widgets(opts: dict) -> list[Widget]:
+    if opts.get("image_upload") or opts.get("video_upload"):
+        return [Widget("upload", "upload", ["IMAGEUPLOAD"])]
+    if opts.get("audio_upload"):
+        return [Widget("audioUI", "upload", ["AUDIO_UI"]), Widget("upload", "upload", ["AUDIOUPLOAD"])]
+    return []
+
+
+def widget_layout(info: dict, api_inputs: dict) -> list[Widget]:
+    """The node's widgets in the frontend's order, for the values this API node sets."""
+    widgets: list[Widget] = []
+    for name, spec, _optional in _ordered_inputs(info):
+        kind, opts = input_kind(spec)
+        if kind not in WIDGET_KINDS or opts.get("hidden") or opts.get("forceInput"):
+            continue
+        widgets.append(Widget(name, kind, spec))
+        if kind == "INT" and (opts.get("control_after_generate") or name in SEED_NAMES):
+            widgets.append(Widget("control_after_generate", "control", ["COMBO"]))
+        widgets.extend(_upload_widgets(opts))
+        if spec[0] == "COMFY_DYNAMICCOMBO_V3":
+            widgets.extend(_dynamic_children(info, name, opts, api_inputs))
+    return widgets
+
+
+def _dynamic_children(info: dict, name: str, opts: dict, api_inputs: dict) -> list[Widget]:
+    """Children the frontend inserts after a DynamicCombo: the API graph's '<name>.<child>' keys, else the
+    schema's declared child with its default."""
+    keys = [key for key in api_inputs if key.startswith(name + ".")]
+    if not keys and opts.get("child"):
+        keys = [f"{name}.{opts['child']}"]
+    optional = info.get("input", {}).get("optional", {})
+    return [Widget(key, "COMBO", optional.get(key.split(".", 1)[1], [[]])) for key in keys]
+
+
+def widget_default(widget: Widget) -> Any:
+    kind, opts = input_kind(widget.spec)
+    if "default" in opts:
+        return opts["default"]
+    if kind in ("COMBO", "COMFY_DYNAMICCOMBO_V3"):
+        options = opts.get("options") or []
+        return options[0] if options else ""
+    return {"INT": 0, "FLOAT": 0.0, "STRING": "", "BOOLEAN": False}.get(kind)
+
+
+def _frontend_extra_value(widget: Widget) -> Any:
+    if widget.name == "control_after_generate":
+        return SEED_CONTROL
+    return {"IMAGEUPLOAD": "image", "AUDIO_UI": None, "AUDIOUPLOAD": ""}[widget.spec[0]]
+
+
+def _autogrow_slots(name: str, opts: dict, api_inputs: dict) -> list[tuple[str, str]]:
+    slot_type = ",".join(opts.get("types", ["*"]))
+    return [(key, slot_type) for key in api_inputs if key.startswith(name + ".")]
+
+
+def socket_layout(info: dict, api_inputs: dict) -> list[dict]:
+    """Input slots as the frontend builds them: link-only sockets first, then one socket per widget."""
+    sockets, widget_sockets = [], []
+    for name, spec, optional in _ordered_inputs(info):
+        kind, opts = input_kind(spec)
+        if kind == "AUTOGROW":
+            for key, slot_type in _autogrow_slots(name, opts, api_inputs):
+                sockets.append({"name": key, "type": slot_type, "shape": 7})
+        elif kind not in WIDGET_KINDS or opts.get("forceInput"):
+            sockets.append({"name": name, "type": kind, **({"shape": 7} if optional else {})})
+    for widget in widget_layout(info, api_inputs):
+        kind = widget.kind if widget.is_value else widget.spec[0]
+        kind = "COMBO" if kind == "COMFY_DYNAMICCOMBO_V3" else kind
+        widget_sockets.append({"name": widget.name, "type": kind, "widget": {"name": widget.name}})
+    return [{"localized_name": s["name"], **s, "link": None} for s in sockets + widget_sockets]
+
+
+# ---------------------------------------------------------------- stages and layout
+def _links_of(graph: dict) -> list[tuple[str, int, str, str]]:
+    """(source id, source slot, target id, target input) for every link, in node then input order."""
+    found = []
+    for node_id, node in graph.items():
+        for name, value in node.get("inputs", {}).items():
+            if is_link(value):
+                found.append((str(value[0]), int(value[1]), node_id, name))
+    return found
+
+
+def dependency_depth(graph: dict) -> dict[str, int]:
+    """Longest path from a source node; the graph is acyclic (validate guarantees it)."""
+    depth: dict[str, int] = {}
+
+    def visit(node_id: str, seen: tuple[str, ...] = ()) -> int:
+        if node_id in depth:
+            return depth[node_id]
+        if node_id in seen:
+            raise WorkflowUIError(f"links form a cycle through node {node_id}; run `python -m h3kit validate`")
+        sources = [str(v[0]) for v in graph[node_id].get("inputs", {}).values() if is_link(v)]
+        depth[node_id] = 1 + max((visit(s, (*seen, node_id)) for s in sources if s in graph), default=-1)
+        return depth[node_id]
+
+    for node_id in graph:
+        visit(node_id)
+    return depth
+
+
+def explicit_stage(class_type: str) -> str | None:
+    """The stage a node type belongs to wherever it is used; None for general-purpose nodes."""
+    if class_type in OUTPUT_CLASSES:
+        return "output"
+    if class_type in HANDOFF_CLASSES:
+        return "handoff"
+    if class_type in LTX_CLASSES or class_type.startswith("LTXV"):
+        return "LTX refine"
+    if "MiniMaxH3" in class_type:
+        return "H3 draft"
+    return None
+
+
+def assign_stages(graph: dict) -> dict[str, str | None]:
+    """Stage per node: its type's own stage; else (a node with inputs) the latest stage among its
+    ancestors; else (a loader or constant) the earliest stage among the nodes it feeds."""
+    order = sorted(graph, key=dependency_depth(graph).get)
+    consumers: dict[str, list[str]] = {n: [] for n in graph}
+    producers: dict[str, list[str]] = {n: [] for n in graph}
+    for src, _slot, dst, _name in _links_of(graph):
+        if src in graph:
+            consumers[src].append(dst)
+            producers[dst].append(src)
+    stage = {n: explicit_stage(graph[n]["class_type"]) for n in graph}
+    reach: dict[str, int] = {}  # latest explicit stage index upstream (inclusive)
+    for n in order:
+        own = STAGES.index(stage[n]) if stage[n] else -1
+        reach[n] = max([own] + [reach[p] for p in producers[n]])
+        if stage[n] is None and producers[n] and reach[n] >= 0:
+            stage[n] = STAGES[reach[n]]
+    for n in reversed(order):
+        if stage[n] is None:
+            fed = [STAGES.index(stage[c]) for c in consumers[n] if stage[c]]
+            stage[n] = STAGES[min(fed)] if fed else None
+    return stage
+
+
+def node_size(info: dict, api_inputs: dict, title: str) -> list[int]:
+    sockets = socket_layout(info, api_inputs)
+    link_only = sum(1 for s in sockets if "widget" not in s)
+    widgets = [w for w in widget_layout(info, api_inputs) if w.kind != "upload"]
+    multiline = any(input_kind(w.spec)[1].get("multiline") for w in widgets)
+    height = max(link_only, len(info.get("output", []))) * SLOT_H + len(widgets) * WIDGET_H + 10
+    height += MULTILINE_H if multiline else 0
+    width = max(400 if multiline else 270, 8 * len(title) + 60)
+    return [width, max(height, 2 * SLOT_H + 6)]
+
+
+def layout(graph: dict, sizes: dict[str, list[int]], stages: dict[str, str | None]) -> dict[str, list[int]]:
+    """Top-left body position per node: one band of columns per stage, left to right in pipeline order,
+    columns by dependency depth inside a band, rows stacked without overlap (title bar included)."""
+    depth = dependency_depth(graph)
+    band_keys = [s for s in STAGES if s in stages.values()] + ([None] if None in stages.values() else [])
+    positions: dict[str, list[int]] = {}
+    x = 0
+    for band in band_keys:
+        members = [n for n in graph if stages[n] == band]
+        for column_depth in sorted({depth[n] for n in members}):
+            column = [n for n in members if depth[n] == column_depth]
+            column.sort(key=lambda n: (_mean_source_y(graph, n, positions), _id_key(n)))
+            y = GROUP_TITLE_H + TITLE_H + GROUP_PAD
+            for n in column:
+                positions[n] = [x + GROUP_PAD, y]
+                y += sizes[n][1] + TITLE_H + ROW_GAP
+            x += max(sizes[n][0] for n in column) + COL_GAP
+        x += 2 * GROUP_PAD
+    return positions
+
+
+def _mean_source_y(graph: dict, node_id: str, positions: dict[str, list[int]]) -> float:
+    ys = [positions[str(v[0])][1] for v in graph[node_id].get("inputs", {}).values()
+          if is_link(v) and str(v[0]) in positions]
+    return sum(ys) / len(ys) if ys else 0.0
+
+
+def _id_key(node_id: str) -> tuple[int, str]:
+    return (int(node_id), "") if node_id.isdigit() else (1 << 30, node_id)
+
+
+# ---------------------------------------------------------------- API -> UI
+def graph_fingerprint(graph: dict) -> str:
+    text = json.dumps(graph, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{GENERATOR}\n{text}".encode()).hexdigest()[:16]
+
+
+def _ui_ids(graph: dict) -> dict[str, int]:
+    """litegraph wants integer ids: numeric API ids are kept, others numbered after the largest."""
+    ids = {n: int(n) for n in graph if n.isdigit()}
+    next_id = max(ids.values(), default=0) + 1
+    for n in sorted(n for n in graph if not n.isdigit()):
+        ids[n] = next_id
+        next_id += 1
+    return ids
+
+
+def _schema_for(name: str, node_id: str, class_type: str, schemas: dict) -> dict:
+    info = schemas.get(class_type)
+    if info is None:
+        pack = schema_src.providing_pack(class_type)
+        raise WorkflowUIError(
+            f"{name}: node {node_id} has class_type '{class_type}', which no known schema describes; "
+            f"{'it comes from ' + pack if pack else 'fix the name'}, or add its schema to workflows/schemas/comfyui-core.json"
+        )
+    return info
+
+
+def _widget_values(info: dict, api_inputs: dict) -> list[Any]:
+    values = []
+    for widget in widget_layout(info, api_inputs):
+        if not widget.is_value:
+            values.append(_frontend_extra_value(widget))
+        elif widget.name in api_inputs and not is_link(api_inputs[widget.name]):
+            values.append(api_inputs[widget.name])
+        else:
+            values.append(widget_default(widget))  # linked or unset: the widget keeps its default
+    return values
+
+
+def api_to_ui(name: str, graph: dict, schemas: dict) -> dict:
+    """The UI-format (litegraph 0.4) workflow for one API graph."""
+    ids = _ui_ids(graph)
+    infos = {n: _schema_for(name, n, node["class_type"], schemas) for n, node in graph.items()}
+    titles = {n: node.get("_meta", {}).get("title") or infos[n].get("display_name") or node["class_type"]
+              for n, node in graph.items()}
+    sizes = {n: node_size(infos[n], graph[n].get("inputs", {}), titles[n]) for n in graph}
+    stages = assign_stages(graph)
+    positions = layout(graph, sizes, stages)
+    depth = dependency_depth(graph)
+    ui_nodes: dict[str, dict] = {}
+    for order, n in enumerate(sorted(graph, key=lambda k: (depth[k], _id_key(k)))):
+        node, info = graph[n], infos[n]
+        api_inputs = node.get("inputs", {})
+        ui_node = {
+            "id": ids[n], "type": node["class_type"], "pos": positions[n], "size": sizes[n], "flags": {},
+            "order": order, "mode": 0, "inputs": socket_layout(info, api_inputs),
+            "outputs": [
+                {"localized_name": out_name, "name": out_name, "type": out_type, "links": None}
+                for out_name, out_type in zip(info.get("output_name", info["output"]), info["output"], strict=False)
+            ],
+            "title": titles[n],
+            "properties": {"Node name for S&R": node["class_type"]},
+            "widgets_values": _widget_values(info, api_inputs),
+        }
+        if not n.isdigit():
+            ui_node["properties"]["h3kit_api_id"] = n
+        ui_nodes[n] = ui_node
+    links = _wire(name, graph, ids, ui_nodes)
+    return {
+        "id": str(_uuid_from(graph_fingerprint(graph))),
+        "revision": 0,
+        "last_node_id": max(ids.values()),
+        "last_link_id": len(links),
+        "nodes": [ui_nodes[n] for n in sorted(graph, key=_id_key)],
+        "links": links,
+        "groups": _groups(graph, stages, positions, sizes),
+        "config": {},
+        "extra": {
+            "ds": {"scale": _fit_scale(positions, sizes), "offset": [40, 20]},
+            "h3kit": {"generated_from": f"workflows/api/{name}.json", "generator": GENERATOR,
+                      "source_fingerprint": graph_fingerprint(graph)},
+        },
+        "version": 0.4,
+    }
+
+
+def _uuid_from(fingerprint: str) -> str:
+    h = (fingerprint * 2)[:32]
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
+
+
+def _wire(name: str, graph: dict, ids: dict[str, int], ui_nodes: dict[str, dict]) -> list[list]:
+    links: list[list] = []
+    for src, slot, dst, input_name in _links_of(graph):
+        source, target = ui_nodes.get(src), ui_nodes[dst]
+        if source is None or slot >= len(source["outputs"]):
+            raise WorkflowUIError(f"{name}: node {dst} input '{input_name}' links to {src}:{slot}, which does not "
+                                  "exist; run `python -m h3kit validate` on it")
+        target_slot = next(i for i, s in enumerate(target["inputs"]) if s["name"] == input_name)
+        link_type = source["outputs"][slot]["type"]
+        link_id = len(links) + 1
+        links.append([link_id, ids[src], slot, ids[dst], target_slot, link_type])
+        target["inputs"][target_slot]["link"] = link_id
+        source["outputs"][slot]["links"] = (source["outputs"][slot]["links"] or []) + [link_id]
+    return links
+
+
+def _groups(graph: dict, stages: dict, positions: dict, sizes: dict) -> list[dict]:
+    groups = []
+    for stage in STAGES:
+        members = [n for n in graph if stages[n] == stage]
+        if not members:
+            continue
+        x0 = min(positions[n][0] for n in members) - GROUP_PAD
+        y0 = min(positions[n][1] for n in members) - TITLE_H - GROUP_TITLE_H
+        x1 = max(positions[n][0] + sizes[n][0] for n in members) + GROUP_PAD
+        y1 = max(positions[n][1] + sizes[n][1] for n in members) + GROUP_PAD
+        groups.append({"id": len(groups) + 1, "title": stage, "bounding": [x0, y0, x1 - x0, y1 - y0],
+                       "color": STAGE_COLORS[stage], "font_size": 24, "flags": {}})
+    return groups
+
+
+def _fit_scale(positions: dict, sizes: dict) -> float:
+    width = max(p[0] + sizes[n][0] for n, p in positions.items())
+    height = max(p[1] + sizes[n][1] for n, p in positions.items())
+    # below ~0.6 litegraph draws nodes without text; start readable at the left and let the user pan
+    return round(max(0.6, min(1.0, 1500 / width, 850 / height)), 2)
+
+
+# ---------------------------------------------------------------- UI -> API
+def ui_to_api(workflow: dict, schemas: dict) -> dict:
+    """The API graph the frontend would queue for a UI-format workflow (every widget value included)."""
+    by_link = {link[0]: link for link in workflow["links"]}
+    ui_to_api_id = {n["id"]: n.get("properties", {}).get("h3kit_api_id", str(n["id"])) for n in workflow["nodes"]}
+    graph: dict[str, dict] = {}
+    for node in workflow["nodes"]:
+        info = schemas[node["type"]]
+        inputs: dict[str, Any] = {}
+        linked_names = {s["name"] for s in node["inputs"] if s.get("link") is not None}
+        slot_names = {s["name"] for s in node["inputs"]}
+        widgets = widget_layout(info, {name: None for name in slot_names})
+        for widget, value in zip(widgets, node.get("widgets_values", []), strict=True):
+            if widget.is_value and widget.name not in linked_names:
+                inputs[widget.name] = value
+        for slot in node["inputs"]:
+            if slot.get("link") is not None:
+                _link_id, origin, origin_slot, _target, _target_slot, _type = by_link[slot["link"]]
+                inputs[slot["name"]] = [ui_to_api_id[origin], origin_slot]
+        api_node = {"inputs": inputs, "class_type": node["type"]}
+        if node.get("title"):
+            api_node["_meta"] = {"title": node["title"]}
+        graph[ui_to_api_id[node["id"]]] = api_node
+    return graph
+
+
+# ---------------------------------------------------------------- thumbnails
+def stage_summary(graph: dict) -> list[tuple[str, list[str]]]:
+    """[(stage title, [node titles in dependency order])] in pipeline order, for the thumbnail."""
+    stages, depth = assign_stages(graph), dependency_depth(graph)
+    found = []
+    for stage in (*STAGES, None):
+        # processing nodes first, loaders and constants last: the diagram should show what the stage does
+        members = sorted((n for n in graph if stages[n] == stage),
+                         key=lambda n: (depth[n] == 0, depth[n], _id_key(n)))
+        if members:
+            titles = [graph[n].get("_meta", {}).get("title") or graph[n]["class_type"] for n in members]
+            found.append((stage or "other", titles))
+    return found
+
+
+def render_thumbnail(name: str, graph: dict) -> bytes:
+    """A small JPEG diagram: one box per stage holding its nodes, arrows between stages."""
+    from .workflow_thumbnail import draw_stage_diagram
+
+    return draw_stage_diagram(name, stage_summary(graph), comment=graph_fingerprint(graph))
+
+
+# ---------------------------------------------------------------- files
+def api_graph_files(api_dir: Path) -> list[Path]:
+    return sorted(api_dir.glob("*.json"))
+
+
+def expected_files(api_dir: Path, out_dir: Path, schemas: dict) -> dict[Path, bytes]:
+    """Every generated file and its content, from the API graphs in api_dir."""
+    files: dict[Path, bytes] = {}
+    for path in api_graph_files(api_dir):
+        try:
+            graph = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise WorkflowUIError(f"{path}: not valid JSON ({exc}); fix the file") from exc
+        if not isinstance(graph, dict) or not all(isinstance(v, dict) and "class_type" in v for v in graph.values()):
+            raise WorkflowUIError(f"{path}: not an API-format graph (every value needs a class_type)")
+        workflow = api_to_ui(path.stem, graph, schemas)
+        files[out_dir / f"{path.stem}.json"] = (json.dumps(workflow, indent=1) + "\n").encode()
+        files[out_dir / f"{path.stem}.jpg"] = render_thumbnail(path.stem, graph)
+    return files
+
+
+def thumbnail_fingerprint(data: bytes) -> str | None:
+    """The source fingerprint stored in a thumbnail's JPEG comment (None when absent)."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        comment = image.info.get("comment")
+    return comment.decode() if isinstance(comment, bytes) else comment
+
+
+def is_current(path: Path, content: bytes) -> bool:
+    """JSON must match byte for byte; a JPEG must carry the same source fingerprint (its pixels depend on
+    the Pillow build, its fingerprint only on the graph and the generator)."""
+    if not path.is_file():
+        return False
+    if path.suffix == ".jpg":
+        return thumbnail_fingerprint(path.read_bytes()) == thumbnail_fingerprint(content)
+    return path.read_bytes() == content
+
+
+def stale_files(api_dir: Path, out_dir: Path, schemas: dict) -> list[str]:
+    """Why each generated file is out of date (missing, stale, or left over from a removed graph)."""
+    expected = expected_files(api_dir, out_dir, schemas)
+    problems = [f"{p.name}: {'stale' if p.exists() else 'missing'}" for p, c in expected.items() if not is_current(p, c)]
+    for path in sorted(list(out_dir.glob("*.json")) + list(out_dir.glob("*.jpg"))):
+        if path not in expected:
+            problems.append(f"{path.name}: left over (no workflows/api/{path.stem}.json)")
+    return problems
+
+
+def write_atomic(path: Path, content: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; generated files are ordinary repo files
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="workflows_command", metavar="SUBCOMMAND", required=True)
+    ui = sub.add_parser("ui", help="generate UI-format copies + thumbnails of workflows/api/*.json in workflows/")
+    ui.add_argument("--check", action="store_true", help="write nothing; exit 1 when a generated file is stale")
+    ui.add_argument("--api-dir", type=Path, default=schema_src.API_WORKFLOWS_DIR, help=argparse.SUPPRESS)
+    ui.add_argument("--out-dir", type=Path, default=schema_src.WORKFLOWS_DIR, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    schemas = schema_src.offline_schemas()
+    try:
+        if args.check:
+            problems = stale_files(args.api_dir, args.out_dir, schemas)
+            for problem in problems:
+                print(f"STALE {problem}")
+            if problems:
+                print("Fix: run `python -m h3kit workflows ui` and commit workflows/*.json and workflows/*.jpg")
+                return 1
+            print(f"OK {len(api_graph_files(args.api_dir))} workflow(s) up to date")
+            return 0
+        expected = expected_files(args.api_dir, args.out_dir, schemas)
+    except WorkflowUIError as exc:
+        print(f"ERROR: {exc}")
+        return 2
+    for path, content in expected.items():
+        if is_current(path, content):
+            continue
+        write_atomic(path, content)
+        print(f"wrote {path}")
+    for path in sorted(list(args.out_dir.glob("*.json")) + list(args.out_dir.glob("*.jpg"))):
+        if path not in expected:
+            print(f"NOTE {path.name} has no source in {args.api_dir}; it is left untouched (delete it if obsolete)")
+    print(f"{len(expected) // 2} workflow(s) in {args.out_dir}")
+    return 0
