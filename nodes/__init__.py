@@ -14,7 +14,7 @@ from collections import defaultdict
 from .common import LOG
 
 # One entry per capability module in this folder; add yours here.
-NODE_MODULES: tuple[str, ...] = ()
+NODE_MODULES: tuple[str, ...] = ("pipeline", "lowvram", "effects", "ref2va", "conditioning_cache", "turing", "preflight")
 
 IMPORT_FAILURES: dict[str, str] = {}
 DISABLED_NODES: dict[str, list[str]] = {}

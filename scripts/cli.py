@@ -9,8 +9,14 @@ import sys
 
 # command -> (module in scripts/, one-line help). Each module has add_arguments(parser) and run(args) -> int.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "the two-stage handoff on a synthetic draft: DraftToLTX, guards, mp4 mux, decoded and checked"),
     "nodes": ("nodes_list", "list every H3Kit node: id, category, description"),
     "validate": ("validate", "validate API-format workflow JSON offline or against a live server"),
+    "doctor": ("doctor", "check machine, server and workflow for version, node, weight and kernel traps"),
+    "run": ("run", "run a workflow on ComfyUI over HTTP: validate, follow, download, verify, time"),
+    "cond": ("cond", "cached conditioning: build (via ComfyUI), info, list, import a legacy .pt safely"),
+    "convert": ("convert", "convert model files: bf16-to-fp16 IN OUT (metadata kept, atomic, verified)"),
+    "workflows": ("workflows_ui", "workflows ui: generate the template browser's UI-format copies + thumbnails"),
 }
 
 

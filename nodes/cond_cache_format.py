@@ -1,0 +1,608 @@
+"""The H3Kit conditioning-cache file format: a CONDITIONING value as safetensors plus JSON metadata.
+
+Pure (de)serialisation with no ComfyUI import, shared by the nodes in conditioning_cache.py and the
+`python -m h3kit cond` CLI. Nothing here ever unpickles.
+
+File layout (format version 1): a standard safetensors file. Every tensor found anywhere in the
+conditioning (main tensors, pooled_output, attention masks, tensors nested in lists/dicts such as
+H3's minimax_keyframes / minimax_refs) is stored once under a key "t<N>". The string metadata holds:
+  h3kit_format ("h3kit.conditioning"), h3kit_format_version ("1"),
+  structure   JSON of the whole value; tensors appear as {"$tensor": "t0"}, and the JSON-less values
+              as tagged objects: {"$float": "inf"|"-inf"|"nan", "bits": ...}, {"$tuple": [...]},
+              {"$size": [...]} (torch.Size), {"$dict": [[key, value], ...]} (non-string or "$" keys),
+  tensors     JSON {"t0": {"path": "[0][0]", "dtype": "bfloat16", "shape": [...], "crc32": "..."}},
+  encoder, prompt_text, prompt_sha256, h3kit_version, created_utc.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT_NAME = "h3kit.conditioning"
+FORMAT_VERSION = 1
+FILE_SUFFIX = ".safetensors"
+MAX_FILE_NAME_BYTES = 255  # the common file-name limit (ext4, NTFS, APFS)
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors reference limit
+WINDOWS_FORBIDDEN_CHARS = set('<>:"|?*')
+WINDOWS_RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL"} | {f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)}
+REBUILD_FIX = (
+    "delete the file and save the conditioning again (H3KitSaveConditioning, or "
+    "`python -m h3kit cond build ...`)"
+)
+
+# safetensors dtype code <-> torch dtype, limited to what this torch build has.
+_DTYPE_CODES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+    "U16": "uint16", "U32": "uint32", "U64": "uint64",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+}
+CODE_TO_DTYPE: dict[str, torch.dtype] = {
+    code: getattr(torch, name) for code, name in _DTYPE_CODES.items() if hasattr(torch, name)
+}
+STORABLE_DTYPES = set(CODE_TO_DTYPE.values())
+
+
+class CacheError(ValueError):
+    """A problem with a cache name, file or value; `problem` and `fix` are shown to the user."""
+
+    def __init__(self, problem: str, fix: str, input_name: str = ""):
+        self.problem, self.fix, self.input_name = problem, fix, input_name
+        super().__init__(f"{problem}. Fix: {fix}")
+
+
+# ---------------------------------------------------------------------------------------------- names
+
+
+class _NameError(CacheError):
+    def __init__(self, problem: str, fix: str):
+        super().__init__(problem, fix, input_name="name")
+
+
+def cache_file_name(name: str) -> str:
+    """'ltx_generic_refine' or 'ltx_generic_refine.safetensors' -> 'ltx_generic_refine.safetensors'.
+
+    Names are plain file names: they can never leave the cache folder or hide from the file list.
+    """
+    if not isinstance(name, str):
+        raise _NameError(f"the name must be text, got {type(name).__name__}", "type a file name such as ltx_generic_refine")
+    has_suffix = name.lower().endswith(FILE_SUFFIX)
+    stem, suffix = (name[: -len(FILE_SUFFIX)], name[-len(FILE_SUFFIX) :]) if has_suffix else (name, FILE_SUFFIX)
+    example = "use a plain file name such as ltx_generic_refine"
+    if not stem:
+        raise _NameError("the name is empty", example)
+    if "/" in stem or "\\" in stem:
+        raise _NameError("the name contains a path separator; caches live directly in the conditioning_cache folder", example)
+    if stem.startswith("."):
+        raise _NameError("the name starts with '.', which makes a hidden file or a relative path ('..')", example)
+    if stem != stem.strip() or stem.endswith("."):
+        raise _NameError("the name starts or ends with a space or ends with '.', which Windows strips", "remove them")
+    bad = sorted({ch for ch in stem if ch in WINDOWS_FORBIDDEN_CHARS or ord(ch) < 32 or ord(ch) == 127})
+    if bad:
+        raise _NameError(f"the name contains characters that are not allowed in file names: {bad!r}",
+                         "use letters, digits, '-', '_' and '.'")
+    if stem.split(".")[0].upper() in WINDOWS_RESERVED_NAMES:
+        raise _NameError(f"'{stem.split('.')[0]}' is a reserved device name on Windows", "choose another name")
+    file_name = stem + suffix  # a listed 'X.SAFETENSORS' must resolve to itself on case-sensitive disks
+    try:
+        size = len(file_name.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise _NameError("the name is not valid Unicode text", example) from exc
+    if size > MAX_FILE_NAME_BYTES:
+        raise _NameError(f"the file name is {size} bytes long; at most {MAX_FILE_NAME_BYTES} are allowed",
+                         "use a shorter name")
+    return file_name
+
+
+def list_cache_names(folders: list[Path]) -> list[str]:
+    """Every visible *.safetensors file name directly in `folders` (first folder wins), sorted."""
+    names: set[str] = set()
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for entry in os.scandir(folder):
+            if entry.name.lower().endswith(FILE_SUFFIX) and not entry.name.startswith(".") and entry.is_file():
+                names.add(entry.name)
+    return sorted(names)
+
+
+def find_cache_file(folders: list[Path], name: str) -> Path | None:
+    file_name = cache_file_name(name)
+    for folder in folders:
+        candidate = folder / file_name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def file_signature(path: Path) -> str:
+    """Changes whenever the file is replaced or edited (mtime and size); 'absent' when it is not there."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return "absent"
+    return hashlib.sha256(f"{path}|{stat.st_mtime_ns}|{stat.st_size}".encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------- encoding
+
+
+def key_path(path: tuple) -> str:
+    return "".join(f"[{step!r}]" for step in path) or "(top level)"
+
+
+class _StructureEncoder:
+    """Turns a nested value into JSON-safe data, collecting tensors (each distinct tensor object once)."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.records: dict[str, dict[str, Any]] = {}
+        self._key_by_id: dict[int, str] = {}
+
+    def encode(self, value: Any, path: tuple = ()) -> Any:
+        kind = type(value)
+        if value is None or kind in (bool, int, str):
+            return value
+        if kind is float:
+            return _encode_float(value)
+        if isinstance(value, torch.Tensor):
+            return {"$tensor": self._add_tensor(value, path)}
+        if kind is list:
+            return [self.encode(item, (*path, i)) for i, item in enumerate(value)]
+        if kind is tuple:
+            return {"$tuple": [self.encode(item, (*path, i)) for i, item in enumerate(value)]}
+        if kind is torch.Size:
+            return {"$size": list(value)}
+        if kind is dict:
+            return self._encode_dict(value, path)
+        raise CacheError(
+            f"the value at {key_path(path)} is a {kind.__module__}.{kind.__qualname__}, which a cache file cannot "
+            "hold (only tensors, numbers, strings, booleans, None, lists, tuples and dicts)",
+            "cache the conditioning straight from the text encoder, before nodes that attach objects "
+            "(hooks, control nets, areas with masks), and apply those nodes after H3KitLoadConditioning",
+        )
+
+    def _encode_dict(self, value: dict, path: tuple) -> Any:
+        plain = all(type(k) is str and not k.startswith("$") for k in value)
+        if plain:
+            return {k: self.encode(v, (*path, k)) for k, v in value.items()}
+        pairs = []
+        for k, v in value.items():
+            if not (k is None or type(k) in (bool, int, float, str, tuple)):
+                raise CacheError(f"the dict at {key_path(path)} has a key of type {type(k).__name__}",
+                                 "use string or number keys")
+            pairs.append([self.encode(k, (*path, f"<key {k!r}>")), self.encode(v, (*path, k))])
+        return {"$dict": pairs}
+
+    def _add_tensor(self, tensor: torch.Tensor, path: tuple) -> str:
+        if id(tensor) in self._key_by_id:  # the same object twice stays one object after loading
+            return self._key_by_id[id(tensor)]
+        where = key_path(path)
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+            raise CacheError(f"the tensor at {where} is a {type(tensor).__name__} (a tensor subclass), whose "
+                             "extra state a cache file cannot hold", "cache the plain conditioning instead")
+        if tensor.layout != torch.strided or tensor.is_meta:
+            raise CacheError(f"the tensor at {where} is {'a meta' if tensor.is_meta else 'a sparse'} tensor",
+                             "cache a dense tensor with real data")
+        if tensor.dtype not in STORABLE_DTYPES:
+            raise CacheError(f"the tensor at {where} has dtype {tensor.dtype}, which safetensors cannot hold",
+                             "convert it to a float or integer dtype before saving")
+        # An owned, contiguous CPU copy: safetensors refuses views that share memory with another tensor.
+        owned = tensor.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+        key = f"t{len(self.tensors)}"
+        self._key_by_id[id(tensor)] = key
+        self.tensors[key] = owned
+        self.records[key] = {
+            "path": where,
+            "dtype": dtype_name(owned.dtype),
+            "shape": list(owned.shape),
+            "crc32": f"{zlib.crc32(tensor_bytes(owned)):08x}",
+        }
+        return key
+
+
+def _encode_float(value: float) -> Any:
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):  # keep the exact NaN bit pattern
+        return {"$float": "nan", "bits": struct.pack(">d", value).hex()}
+    return {"$float": "inf" if value > 0 else "-inf"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    """The raw bytes of a contiguous CPU tensor, without a copy."""
+    flat = tensor.reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def check_conditioning_shape(conditioning: Any) -> None:
+    """A CONDITIONING is a non-empty list of [tensor, dict] entries."""
+    if not isinstance(conditioning, list) or not conditioning:
+        raise CacheError(f"expected a CONDITIONING (a non-empty list of [tensor, dict] entries), got "
+                         f"{type(conditioning).__name__}" + (" (empty)" if conditioning == [] else ""),
+                         "connect the output of a text encode node (e.g. CLIPTextEncode)")
+    for i, entry in enumerate(conditioning):
+        ok = isinstance(entry, (list, tuple)) and len(entry) == 2
+        if not (ok and isinstance(entry[0], torch.Tensor) and isinstance(entry[1], dict)):
+            raise CacheError(f"entry [{i}] is not a [tensor, dict] pair", "connect a CONDITIONING output")
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+@dataclass
+class SaveResult:
+    path: Path
+    status: str  # "written", "replaced" or "unchanged"
+    entries: int
+    tensors: int
+    bytes: int
+    prompt_sha256: str
+
+
+def describe_result(result: SaveResult) -> str:
+    """One line for the UI, the log and the CLI: what happened, where, how big."""
+    verb = {"written": "saved", "replaced": "replaced", "unchanged": "unchanged (identical content), kept"}[result.status]
+    entries = f"{result.entries} entr{'y' if result.entries == 1 else 'ies'}"
+    tensors = f"{result.tensors} tensor{'' if result.tensors == 1 else 's'}"
+    return f"{verb} {result.path} ({entries}, {tensors}, {result.bytes / 2**20:.2f} MiB)"
+
+
+def build_metadata(structure: Any, records: dict, prompt_text: str, encoder: str, h3kit_version: str) -> dict[str, str]:
+    for label, text in (("prompt_text", prompt_text), ("encoder_name", encoder)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CacheError(f"{label} is not valid Unicode text", f"retype {label}", input_name=label) from exc
+    return {
+        "h3kit_format": FORMAT_NAME,
+        "h3kit_format_version": str(FORMAT_VERSION),
+        "structure": json.dumps(structure, allow_nan=False, separators=(",", ":")),
+        "tensors": json.dumps(records, separators=(",", ":")),
+        "encoder": encoder,
+        "prompt_text": prompt_text,
+        "prompt_sha256": hashlib.sha256(prompt_text.encode("utf-8")).hexdigest() if prompt_text else "",
+        "h3kit_version": h3kit_version,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    }
+
+
+def save_conditioning(
+    folder: Path, name: str, conditioning: Any, *, prompt_text: str = "", encoder: str = "",
+    h3kit_version: str = "", overwrite: bool = False,
+) -> SaveResult:
+    """Write `conditioning` to folder/<name>.safetensors atomically; never replaces a file unless asked."""
+    from safetensors.torch import save_file
+
+    file_name = cache_file_name(name)
+    check_conditioning_shape(conditioning)
+    encoder_state = _StructureEncoder()
+    structure = encoder_state.encode(conditioning)
+    metadata = build_metadata(structure, encoder_state.records, prompt_text, encoder, h3kit_version)
+    target = folder / file_name
+    result = SaveResult(target, "written", len(conditioning), len(encoder_state.tensors), 0, metadata["prompt_sha256"])
+    existed = target.exists()
+    if existed and not overwrite:
+        if _same_content(target, encoder_state.tensors, metadata):
+            result.status, result.bytes = "unchanged", target.stat().st_size
+            return result
+        raise CacheError(f"{target} already exists and holds different conditioning",
+                         "turn on overwrite (node input 'overwrite', CLI --overwrite) to replace it, or choose another name",
+                         input_name="name")
+    try:
+        _write_atomically(target, encoder_state.tensors, metadata, save_file)
+    except OSError as exc:
+        raise CacheError(f"cannot write {target}: {exc.strerror or exc}",
+                         "check free disk space and that the folder is writable", input_name="name") from exc
+    result.status = "replaced" if existed else "written"
+    result.bytes = target.stat().st_size
+    return result
+
+
+def _write_atomically(target: Path, tensors: dict, metadata: dict[str, str], save_file: Any) -> None:
+    """Temp file in the same folder, fsync, then one rename: readers see the old file or the new one, never half."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".h3kit-", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        save_file(tensors, str(tmp), metadata=metadata)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _same_content(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bool:
+    """True when `path` is a readable cache holding exactly this value and provenance."""
+    try:
+        existing = read_cache(path)
+    except CacheError:
+        return False
+    old = existing.metadata
+    same_meta = all(old.get(k) == metadata[k] for k in ("structure", "tensors", "encoder", "prompt_text"))
+    return same_meta and all(
+        tensor_bytes(existing.tensors[k]) == tensor_bytes(tensors[k]) for k in tensors
+    )
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+
+@dataclass
+class LoadedCache:
+    path: Path
+    conditioning: list
+    metadata: dict[str, str]
+    tensors: dict[str, torch.Tensor]
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_header(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The safetensors header (tensor table) and metadata of `path`, reading only the header."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        size = os.fstat(fh.fileno()).st_size
+        header_len = _check_prefix(path, head, size)
+        header = _parse_header(path, fh.read(header_len), head)
+    return header, _metadata_of(path, header)
+
+
+def read_cache(path: Path) -> LoadedCache:
+    """Read and check a cache file: one read into a writable CPU buffer, tensors are views of it.
+
+    No mmap: the file can be replaced or deleted while the conditioning is in use.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        buffer = torch.empty(size, dtype=torch.uint8)  # uninitialised: the read fills every byte
+        with open(path, "rb", buffering=0) as fh:
+            got = fh.readinto(buffer.numpy())
+    except OSError as exc:
+        raise CacheError(f"{path} cannot be read ({exc.strerror or exc})", "check that the file exists and is readable") from exc
+    if got != size:
+        raise CacheError(f"{path} changed while it was being read", "try again")
+    view = memoryview(buffer.numpy())
+    header_len = _check_prefix(path, view[:8], size)
+    header = _parse_header(path, view[8 : 8 + header_len], bytes(view[:8]))
+    data_start = 8 + header_len
+    metadata = _metadata_of(path, header)
+    check_metadata(path, header, metadata)
+    records = _json_field(path, metadata, "tensors")
+    tensors = _tensors_from_buffer(path, header, buffer, data_start)
+    _check_tensor_table(path, records, tensors, view, header, data_start)
+    structure = _json_field(path, metadata, "structure")
+    conditioning = _decode(structure, tensors, path)
+    try:
+        check_conditioning_shape(conditioning)
+    except CacheError as exc:
+        raise CacheError(f"{path} does not hold a CONDITIONING: {exc.problem}", REBUILD_FIX) from exc
+    loaded = LoadedCache(path, conditioning, metadata, tensors)
+    prompt = metadata.get("prompt_text", "")
+    stored_sha = metadata.get("prompt_sha256", "")
+    if prompt and stored_sha != hashlib.sha256(prompt.encode("utf-8")).hexdigest():
+        loaded.warnings.append("prompt_sha256 does not match prompt_text: the provenance was edited after saving")
+    return loaded
+
+
+def _check_prefix(path: Path, head: bytes | memoryview, size: int) -> int:
+    head = bytes(head)
+    if size < 8:
+        raise CacheError(f"{path} is {size} bytes: too short to be a safetensors file (empty or truncated)", REBUILD_FIX)
+    header_len = int.from_bytes(head, "little")
+    if header_len == 0 or header_len > min(size - 8, MAX_HEADER_BYTES):
+        _raise_if_pickle(path, head)
+        raise CacheError(f"{path} is not a complete safetensors file: its header length field says {header_len} bytes "
+                         f"but the file has {size - 8} after it (truncated, or not safetensors)", REBUILD_FIX)
+    return header_len
+
+
+def _raise_if_pickle(path: Path, head: bytes) -> None:
+    """Name the common mistake: a torch.save cache (zip or legacy pickle) renamed to .safetensors."""
+    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+        raise CacheError(f"{path} is a PyTorch pickle file (torch.save), not safetensors; H3Kit never unpickles files, "
+                         "because loading a pickle can run arbitrary code",
+                         "convert it once with `python -m h3kit cond import FILE NAME` (torch.load weights_only=True), "
+                         "or encode the prompt again")
+
+
+def _parse_header(path: Path, raw: bytes | memoryview, head: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(bytes(raw).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        _raise_if_pickle(path, head)
+        raise CacheError(f"{path} has a corrupt safetensors header ({exc})", REBUILD_FIX) from exc
+    if not isinstance(header, dict):
+        raise CacheError(f"{path} has a corrupt safetensors header (not a JSON object)", REBUILD_FIX)
+    return header
+
+
+def _metadata_of(path: Path, header: dict) -> dict[str, str]:
+    metadata = header.get("__metadata__") or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CacheError(f"{path} has corrupt safetensors metadata (not a string map)", REBUILD_FIX)
+    return metadata
+
+
+def check_metadata(path: Path, header: dict, metadata: dict[str, str]) -> None:
+    if metadata.get("h3kit_format") != FORMAT_NAME:
+        names = sorted(k for k in header if k != "__metadata__")
+        hint = ""
+        if any(n.startswith("conditioning_data_") for n in names):
+            hint = " It looks like a Lightricks LTXVSaveConditioning file: load it with LTXVLoadConditioning."
+        raise CacheError(
+            f"{path} is a safetensors file but not an H3Kit conditioning cache (no h3kit_format metadata; "
+            f"tensors: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}).{hint}",
+            "move model files out of the conditioning_cache folder; create caches with H3KitSaveConditioning",
+        )
+    raw_version = metadata.get("h3kit_format_version", "")
+    if not raw_version.isdigit():
+        raise CacheError(f"{path} has a corrupt format version {raw_version!r}", REBUILD_FIX)
+    if int(raw_version) > FORMAT_VERSION:
+        raise CacheError(
+            f"{path} was written by a newer H3Kit (cache format version {raw_version}; this H3Kit reads up to "
+            f"{FORMAT_VERSION}, written by H3Kit {metadata.get('h3kit_version') or 'unknown'})",
+            "update H3Kit (git pull in custom_nodes/H3Kit, then restart ComfyUI)",
+        )
+    if int(raw_version) < 1:
+        raise CacheError(f"{path} has an invalid format version {raw_version}", REBUILD_FIX)
+
+
+def _json_field(path: Path, metadata: dict[str, str], key: str) -> Any:
+    try:
+        return json.loads(metadata[key])
+    except (KeyError, json.JSONDecodeError) as exc:
+        raise CacheError(f"{path} has a missing or corrupt '{key}' metadata entry", REBUILD_FIX) from exc
+
+
+def _tensors_from_buffer(path: Path, header: dict, buffer: torch.Tensor, data_start: int) -> dict[str, torch.Tensor]:
+    data_len = len(buffer) - data_start
+    spans, tensors = [], {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, begin, end = _check_entry(path, name, entry)
+        if end > data_len:
+            raise CacheError(f"{path} is truncated: tensor '{name}' needs bytes up to {end} of the data section, "
+                             f"which has only {data_len}", REBUILD_FIX)
+        spans.append((begin, end, name))
+        tensors[name] = _tensor_view(buffer, data_start + begin, end - begin, dtype, shape)
+    covered = 0
+    for begin, end, name in sorted(spans):
+        if begin != covered:
+            raise CacheError(f"{path} is corrupt: tensor '{name}' data overlaps or leaves a gap", REBUILD_FIX)
+        covered = end
+    if covered != data_len:
+        raise CacheError(f"{path} is corrupt: {data_len - covered} bytes after the last tensor", REBUILD_FIX)
+    return tensors
+
+
+def _check_entry(path: Path, name: str, entry: Any) -> tuple[torch.dtype, list[int], int, int]:
+    try:
+        dtype = CODE_TO_DTYPE[entry["dtype"]]
+        shape = [int(d) for d in entry["shape"]]
+        begin, end = (int(x) for x in entry["data_offsets"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CacheError(f"{path} is corrupt: tensor '{name}' has a malformed header entry ({exc!r})", REBUILD_FIX) from exc
+    nbytes = math.prod(shape) * dtype.itemsize
+    if min(shape, default=0) < 0 or begin < 0 or end - begin != nbytes:
+        raise CacheError(f"{path} is corrupt: tensor '{name}' offsets do not match its shape {shape}", REBUILD_FIX)
+    return dtype, shape, begin, end
+
+
+def _tensor_view(buffer: torch.Tensor, offset: int, nbytes: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    raw = buffer[offset : offset + nbytes]
+    if offset % dtype.itemsize:
+        raw = raw.clone()  # keep typed tensors aligned for every kernel
+    return raw.view(dtype).reshape(shape)
+
+
+def _check_tensor_table(path: Path, records: Any, tensors: dict, view: memoryview, header: dict, data_start: int) -> None:
+    if not isinstance(records, dict) or set(records) != set(tensors):
+        raise CacheError(f"{path} is corrupt: the tensor table in the metadata does not match the stored tensors",
+                         REBUILD_FIX)
+    for name, record in records.items():
+        tensor = tensors[name]
+        if record.get("dtype") != dtype_name(tensor.dtype) or record.get("shape") != list(tensor.shape):
+            raise CacheError(f"{path} is corrupt: tensor {name} ({record.get('path')}) is {dtype_name(tensor.dtype)}"
+                             f"{list(tensor.shape)} but the metadata says {record.get('dtype')}{record.get('shape')}",
+                             REBUILD_FIX)
+        begin, end = header[name]["data_offsets"]
+        crc = f"{zlib.crc32(view[data_start + begin : data_start + end]):08x}"
+        if crc != record.get("crc32"):
+            raise CacheError(f"{path} is corrupt: the data of tensor {name} ({record.get('path')}) fails its checksum "
+                             f"(crc32 {crc}, stored {record.get('crc32')})", REBUILD_FIX)
+
+
+def _decode(node: Any, tensors: dict[str, torch.Tensor], path: Path) -> Any:
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return node
+    if isinstance(node, list):
+        return [_decode(item, tensors, path) for item in node]
+    if not isinstance(node, dict):
+        raise CacheError(f"{path} has a corrupt structure entry {node!r}", REBUILD_FIX)
+    tag = next((k for k in node if k.startswith("$")), None)
+    if tag is None:
+        return {k: _decode(v, tensors, path) for k, v in node.items()}
+    try:
+        return _decode_tagged(tag, node, tensors, path)
+    except CacheError:
+        raise
+    except (KeyError, TypeError, ValueError, struct.error) as exc:
+        raise CacheError(f"{path} has a corrupt structure entry {json.dumps(node)[:80]} ({exc!r})", REBUILD_FIX) from exc
+
+
+def _decode_tagged(tag: str, node: dict, tensors: dict[str, torch.Tensor], path: Path) -> Any:
+    value = node[tag]
+    if tag == "$tensor":
+        return tensors[value]
+    if tag == "$float":
+        if value == "nan":
+            return struct.unpack(">d", bytes.fromhex(node["bits"]))[0]
+        return {"inf": math.inf, "-inf": -math.inf}[value]
+    if tag == "$tuple":
+        return tuple(_decode(item, tensors, path) for item in value)
+    if tag == "$size":
+        return torch.Size(int(d) for d in value)
+    if tag == "$dict":
+        return {_decode(k, tensors, path): _decode(v, tensors, path) for k, v in value}
+    raise CacheError(f"{path} uses the unknown structure tag {tag!r}", "update H3Kit, or " + REBUILD_FIX)
+
+
+# ------------------------------------------------------------------------------------- describing
+
+
+def summarize_value(value: Any) -> Any:
+    """A short JSON-friendly description of a conditioning value (tensors as dtype[shape])."""
+    if isinstance(value, torch.Tensor):
+        return f"{dtype_name(value.dtype)}{list(value.shape)}"
+    if isinstance(value, dict):
+        return {str(k): summarize_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [summarize_value(v) for v in value[:8]]
+        return items + ([f"... {len(value) - 8} more"] if len(value) > 8 else [])
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def provenance(loaded: LoadedCache) -> dict[str, Any]:
+    """What a loaded cache says about itself: file, encoder, prompt, versions, entries."""
+    md = loaded.metadata
+    return {
+        "file": str(loaded.path),
+        "encoder": md.get("encoder", ""),
+        "prompt_text": md.get("prompt_text", ""),
+        "prompt_sha256": md.get("prompt_sha256", ""),
+        "created_utc": md.get("created_utc", ""),
+        "h3kit_version": md.get("h3kit_version", ""),
+        "format_version": int(md["h3kit_format_version"]),
+        "entries": [
+            {"tensor": summarize_value(tensor), "options": summarize_value(options)}
+            for tensor, options in loaded.conditioning
+        ],
+        "warnings": list(loaded.warnings),
+    }
