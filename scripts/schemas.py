@@ -88,6 +88,11 @@ def server_schemas(server: str) -> dict[str, dict[str, Any]]:
 def providing_pack(class_type: str) -> str | None:
     """Which pack provides a node this host lacks, when we know it."""
     if class_type.startswith("H3Kit"):
+        from ..nodes import DISABLED_NODES
+
+        missing = [pkg for pkg, node_ids in DISABLED_NODES.items() if class_type in node_ids]
+        if missing:
+            return f"the optional package(s) {', '.join(missing)} that H3Kit's {class_type} needs (pip install {' '.join(missing)})"
         return H3KIT_PACK
     core = core_document()["nodes"].get(class_type)
     if core is not None:
