@@ -16,12 +16,10 @@ Effect files are listed by name only; tensors are read at execution, safetensors
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from typing import Any
 import torch
 
 from ..adapters.host import comfyui_version, host_loaded, host_module, parse_version
+from ..adapters.safetensors_file import read_safetensors_header
 from .common import H3KitInputError, Report, category
 
 CATEGORY = category("Effects")
@@ -48,7 +47,6 @@ LEADING_MARKERS = re.compile(r"\A(?:\s*embedding:\S+)+\s*")
 ANY_MARKER = re.compile(r"embedding:(\S*)")
 
 FLOAT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
-HEADER_LIMIT = 100 * 1024 * 1024  # safetensors' own cap on the JSON header
 
 # Token widths of ComfyUI text encoders (embedding_size in comfy/text_encoders/*.py, v0.3.64 and NEW).
 KNOWN_WIDTHS = {
@@ -160,22 +158,6 @@ class EffectInfo:
         return {"file": self.name, "rows": self.rows, "width": self.width, "dtype": self.dtype}
 
 
-def read_safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
-    """(JSON header, size of the data section) — reads 8 + header bytes, never the tensor data."""
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            raise ValueError(f"file is {size} bytes, too short for a safetensors header")
-        (length,) = struct.unpack("<Q", prefix)
-        if length > min(HEADER_LIMIT, size - 8):
-            raise ValueError(f"header length {length} does not fit the {size}-byte file")
-        header = json.loads(handle.read(length).decode("utf-8"))
-    if not isinstance(header, dict):
-        raise ValueError("header is not a JSON object")
-    return header, size - 8 - length
-
-
 def _pick_tensor(names: list[str]) -> str | None:
     """Which tensor ComfyUI's load_embed uses for H3: the one keyed qwen3vl_32b, else the only one."""
     if H3_EMBED_KEY in names:
@@ -185,7 +167,8 @@ def _pick_tensor(names: list[str]) -> str | None:
 
 def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
     try:
-        header, data_bytes = read_safetensors_header(path)
+        header, data_start = read_safetensors_header(path)
+        data_bytes = path.stat().st_size - data_start
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
                               "download the effect file again") from exc

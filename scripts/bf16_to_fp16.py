@@ -7,19 +7,23 @@ The same converter as `python -m h3kit convert bf16-to-fp16`, usable from a plai
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
 
+_PACKAGE = "h3kit_standalone"
+
 
 def _converter() -> ModuleType:
-    """convert.py next to this file, loaded by path: works with or without the package installed."""
-    spec = importlib.util.spec_from_file_location("h3kit_convert_standalone", Path(__file__).with_name("convert.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
+    """scripts/convert.py of this clone, imported under a stand-in package name for the clone's root: works
+    with or without the pack installed, whatever the clone's folder is called, without running the pack's
+    node registration."""
+    if _PACKAGE not in sys.modules:
+        package = ModuleType(_PACKAGE)
+        package.__path__ = [str(Path(__file__).resolve().parent.parent)]
+        sys.modules[_PACKAGE] = package
+    return importlib.import_module(f"{_PACKAGE}.scripts.convert")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..adapters.safetensors_file import SafetensorsHeaderError, read_safetensors_header
+
 FP16_MAX = 65504.0
 CHUNK_ELEMENTS = 8 * 1024 * 1024  # 16 MiB of bf16 per read: bounded memory, few Python round trips
 COPY_CHUNK_BYTES = 64 * 1024 * 1024
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
                "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1}
 
@@ -66,20 +67,10 @@ class ConversionResult:
 
 def read_header(path: Path) -> tuple[dict[str, Any], int]:
     """(header dict, absolute offset where the data section starts) of a .safetensors file."""
-    with open(path, "rb") as handle:
-        raw_len = handle.read(8)
-        if len(raw_len) != 8:
-            raise ConvertError(f"{path} is not a safetensors file (shorter than 8 bytes)")
-        (length,) = struct.unpack("<Q", raw_len)
-        if length > MAX_HEADER_BYTES or length > os.path.getsize(path) - 8:
-            raise ConvertError(f"{path} is not a safetensors file (header length {length} is impossible)")
-        try:
-            header = json.loads(handle.read(length))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConvertError(f"{path} is not a safetensors file (header is not JSON: {exc})") from exc
-    if not isinstance(header, dict):
-        raise ConvertError(f"{path} is not a safetensors file (header is not a JSON object)")
-    return header, 8 + length
+    try:
+        return read_safetensors_header(path)
+    except SafetensorsHeaderError as exc:
+        raise ConvertError(f"{path} is not a safetensors file ({exc})") from exc
 
 
 def plan_bf16_to_fp16(header: dict[str, Any], data_start: int) -> list[TensorPlan]:

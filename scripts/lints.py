@@ -8,13 +8,13 @@ Nothing here imports torch or ComfyUI.
 
 from __future__ import annotations
 
-import json
 import re
-import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..adapters.safetensors_file import SafetensorsHeaderError as HeaderError
+from ..adapters.safetensors_file import read_safetensors_header
 from .validate import Problem, input_kind, is_link
 
 # --- graph helpers ------------------------------------------------------------------------------
@@ -373,7 +373,6 @@ MODEL_INPUT_FOLDERS: dict[tuple[str, str], str] = {
     ("UnetLoaderGGUF", "unet_name"): "unet_gguf",
 }
 H3_EMBEDDING_WIDTH = 5120
-MAX_HEADER_BYTES = 100 * 1024 * 1024
 CONFIG_FOLDERS = {"vae", "latent_upscale_models"}  # their loaders read the architecture from metadata 'config'
 
 
@@ -397,27 +396,6 @@ def model_inputs(graph: dict, schemas: dict) -> Iterable[tuple[str, str, str, st
                 yield str(nid), ct, name, folder, value
 
 
-class HeaderError(ValueError):
-    pass
-
-
-def read_safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file: 8-byte little-endian length, then that many bytes of JSON."""
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
-        raw = handle.read(8)
-        if len(raw) < 8:
-            raise HeaderError(f"file is {size} bytes, too short for a safetensors header")
-        (length,) = struct.unpack("<Q", raw)
-        if length > MAX_HEADER_BYTES or length > size - 8:
-            raise HeaderError(f"header length {length} does not fit the {size}-byte file (truncated or not safetensors)")
-        try:
-            header = json.loads(handle.read(length).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise HeaderError(f"header is not valid JSON ({exc})") from exc
-    if not isinstance(header, dict):
-        raise HeaderError("header is not a JSON object")
-    return header
 
 
 def is_quantized(header: dict[str, Any]) -> bool:
@@ -433,7 +411,7 @@ def header_problems(nid: str, ct: str, name: str, folder: str, path: Path) -> li
     if path.suffix.lower() != ".safetensors":
         return []
     try:
-        header = read_safetensors_header(path)
+        header = read_safetensors_header(path)[0]
     except (OSError, HeaderError) as exc:
         return [Problem(nid, ct, name, path.name, f"F13: cannot read the safetensors header of {path}: {exc}",
                         "re-download the file (compare its size with the source)")]
@@ -485,7 +463,7 @@ def embedding_problems(graph: dict, locate: Callable[[str, str], Path | None]) -
             if path.suffix.lower() != ".safetensors":
                 continue
             try:
-                width = embedding_width(read_safetensors_header(path))
+                width = embedding_width(read_safetensors_header(path)[0])
             except (OSError, HeaderError) as exc:
                 problems.append(Problem(nid, node["class_type"], field, name, f"cannot read embedding {path}: {exc}",
                                         "re-download the embedding"))
