@@ -9,12 +9,13 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from comfyui_host import stop_process_group
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 START_TIMEOUT_S = 60
@@ -121,11 +122,5 @@ class Chromium:
         try:
             self.ws.close()
         finally:
-            if self.process.poll() is None:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                    self.process.wait(timeout=10)
+            stop_process_group(self.process)
             shutil.rmtree(self.profile, ignore_errors=True)

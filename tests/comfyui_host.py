@@ -22,6 +22,18 @@ PACK_LINK_NAME = "H3Kit"
 START_TIMEOUT_S = 180
 
 
+def stop_process_group(process: subprocess.Popen, grace_s: float = 10) -> None:
+    """SIGTERM the process group started with start_new_session=True; SIGKILL it after `grace_s`."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -66,13 +78,8 @@ class ComfyUIServer:
         raise RuntimeError(f"ComfyUI did not answer within {START_TIMEOUT_S} s:\n{self.log()[-4000:]}")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        if self.process:
+            stop_process_group(self.process, grace_s=20)
         if getattr(self, "_log_file", None):
             self._log_file.close()
 
