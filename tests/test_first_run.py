@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,3 +66,30 @@ def test_help_is_quiet(argv):
     proc = subprocess.run([sys.executable, "-m", "h3kit", *argv], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
     assert proc.stderr == ""
+
+
+def _section(markdown: str, heading: str) -> str:
+    start = markdown.index(f"\n{heading}\n")
+    end = markdown.find("\n## ", start + 1)
+    return markdown[start:end if end != -1 else None]
+
+
+def test_ci_runs_the_readme_install_commands_verbatim():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = _section(readme, "## Install for development").split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    ci_lines = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert commands[0] == "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"  # a CPU wheel
+    for command in commands:
+        assert command in ci_lines, command
+
+
+def test_readme_links_and_section_references_resolve():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(((?:docs|workflows)/[^)#]+)\)", readme):
+        assert (REPO / target).exists(), target
+    assert "(docs/host-graphs.md)" in readme
+    headings = set(re.findall(r"^#+ (.+)$", readme, flags=re.M))
+    for source in [*REPO.glob("tests/*.py"), *REPO.glob("scripts/*.py"), REPO / "pyproject.toml"]:
+        for cited in re.findall(r"README, section '?([A-Za-z][^'\")]*)", source.read_text(encoding="utf-8")):
+            assert cited.strip() in headings, f"{source.name} points to README section {cited!r}"
