@@ -14,8 +14,8 @@ import json
 import numpy as np
 import torch
 
+from ..checks import facts
 from ..kernels import contact_sheet, testpattern
-from . import pipeline_math as pm
 from .common import H3KitInputError, Report, category
 
 CATEGORY = category("Demo")
@@ -40,7 +40,7 @@ class H3KitTestPattern:
                               "Frame width in pixels (an H3 draft is a multiple of 32; 672 for a 1344 wide output)."}),
             "height": ("INT", {"default": 384, "min": 64, "max": 4096, "step": 32, "tooltip":
                                "Frame height in pixels (an H3 draft is a multiple of 32; 384 for a 768 high output)."}),
-            "frames": ("INT", {"default": 124, "min": 5, "max": pm.H3_LENGTH_MAX, "step": pm.H3_LENGTH_STEP,
+            "frames": ("INT", {"default": 124, "min": 5, "max": facts.H3_LENGTH_MAX, "step": facts.H3_LENGTH_STEP,
                                "tooltip": "Number of frames, on H3's 17k+5 grid like a real draft (124 = 5.17 s "
                                           "at 24 fps; the handoff keeps 121)."}),
             "fps": ("FLOAT", {"default": 24.0, "min": 1.0, "max": 240.0, "step": 0.001, "tooltip":
@@ -68,7 +68,7 @@ class H3KitTestPattern:
         report = Report(node).set(frames=frames, width=width, height=height, fps=fps, seconds=round(seconds, 6),
                                   sample_rate=sample_rate, tone_changes_s=testpattern.tone_changes(seconds),
                                   tone_hz=list(testpattern.TONE_STEPS_HZ))
-        if not pm.is_h3_length(frames):
+        if not facts.is_h3_length(frames):
             report.warn(f"{frames} frames is not an H3 length (17k+5); a real draft never has that many")
         return images, {"waveform": wave, "sample_rate": sample_rate}, report.json()
 

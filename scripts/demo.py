@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,29 +134,16 @@ def _tone_steps(result: DemoResult, audio, changes: list[float]) -> None:
                  + ", ".join(f"{e:.0f}" for e in expected) + ")")
 
 
-def _write_png_new(path: Path, image, overwrite: bool) -> None:
-    """Write next to the video under a temporary name, then rename into place; the file mode follows the umask."""
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temp, "xb") as handle:
-        handle.write(buffer.getvalue())
-    if overwrite:
-        os.replace(temp, path)
-        return
-    try:
-        os.link(temp, path)  # fails if the sheet appeared meanwhile: never overwrite without asking
-    finally:
-        temp.unlink()
-
-
 def _draw_sheet(result: DemoResult, draft, draft_audio, report: dict, overwrite: bool) -> None:
     from PIL import Image
 
+    from ..adapters.files import write_bytes
     from ..kernels.contact_sheet import handoff_sheet
 
     sheet = handoff_sheet(draft.numpy(), report, draft_audio["waveform"][0].numpy(), draft_audio["sample_rate"])
-    _write_png_new(result.sheet, sheet, overwrite)
+    buffer = io.BytesIO()
+    sheet.save(buffer, format="PNG")
+    write_bytes(result.sheet, buffer.getvalue(), overwrite=overwrite)
     with Image.open(result.sheet) as saved:
         result.check(saved.size == sheet.size, f"contact sheet {saved.size[0]}x{saved.size[1]} written and re-read")
     result.lines.append(f"  sheet      {result.sheet} (all {report['source']['frames']} draft frames: "
