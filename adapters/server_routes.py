@@ -1,9 +1,9 @@
 """The pack's HTTP routes inside ComfyUI: the graph editor's preflight and the pack's template files.
 
 - ``POST /h3kit/preflight`` with ``{"prompt": <API graph as the frontend queues it>}`` answers the PASS/WARN/FAIL
-  checks that ``doctor --server <this server> --workflow`` gives for that graph (the same rule engine, in
-  process: this server's node schemas, registered nodes and model folders), plus this server's environment
-  (ComfyUI version, torch, comfy-kitchen, GPU, attention backends). web/h3kit_preflight.js calls it before
+  checks of ``checks.workflow.preflight_checks`` (what ``validate``/``doctor --workflow`` and H3KitPreflight
+  run), against this server's own node schemas, registered nodes and model folders, plus this server's
+  environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends). web/h3kit_preflight.js calls it before
   it queues a graph that holds an H3 or LTX node.
 - ``GET /h3kit/preflight`` tells the extension which node types it watches.
 - ``GET /workflow_templates/<this pack's folder>/<file>``: the template browser lists the pack's workflows
@@ -25,8 +25,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..checks.environment import local_checks
+from ..checks.problem import FAIL, PASS, WARN, Check
+from ..checks.schemas import class_info, providing_pack
+from ..checks.server import comfyui_version_check
+from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
 from ..nodes.common import LOG, log_once
-from ..scripts import doctor  # the one rule engine (doctor / validate); no copy of a rule lives here
 from .host import comfyui_version, host_loaded, host_module
 
 PREFLIGHT_ROUTE = "/h3kit/preflight"
@@ -36,7 +40,7 @@ MAX_BODY_BYTES = 32 * 1024 * 1024  # a 10 000-node graph with long prompts is ~1
 MAX_NODES = 10_000
 WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / "workflows"
 TEMPLATE_SUFFIXES = {".json", ".jpg", ".jpeg", ".png", ".webp"}
-STATUS_ORDER = (doctor.PASS, doctor.WARN, doctor.FAIL)
+STATUS_ORDER = (PASS, WARN, FAIL)
 
 
 @dataclass
@@ -45,57 +49,45 @@ class HostView:
 
     schemas: dict[str, dict]  # /object_info entries of the graph's node types
     node_ids: set[str]  # every registered node type
-    locate: Callable[[str, str], Path | None] | None = None  # (folder, file) -> path, for header checks
-    model_list: Callable[[str], list[str] | None] | None = None  # folder -> file names; None: not checked
-    environment: Callable[[dict], list] = lambda graph: []  # the server's own checks for this graph
-    notes: list = field(default_factory=list)  # checks about the view itself (a schema that failed to load)
+    locate: Callable[[str, str], Path | None] | None = None  # (folder, file) -> path; None: files not checked
+    disabled: Mapping[str, list[str]] = field(default_factory=dict)  # {package: H3Kit nodes it would enable}
+    pack_of: Callable[[str], str | None] = providing_pack  # who provides a node the host lacks
+    environment: Callable[[dict], list[Check]] = lambda graph: []  # the server's own checks for this graph
+    notes: list[Check] = field(default_factory=list)  # checks about the view itself (a schema that failed)
 
 
-def check_item(check: Any) -> dict[str, Any]:
+def check_item(check: Check) -> dict[str, Any]:
     item = {"status": check.status, "check": check.name, "detail": check.detail, "fix": check.fix}
-    node_id = getattr(check, "node_id", None)
-    if node_id not in (None, "-"):
-        item["node_id"] = str(node_id)
+    if check.node_id is not None:
+        item["node_id"] = str(check.node_id)
     return item
 
 
-def preflight_checks(graph: dict, host: HostView) -> list:
-    """doctor --server --workflow for `graph` on `host`: nodes (F35), the workflow rules, model files, environment."""
-    checks = list(host.notes)
-    checks += doctor.missing_node_checks(graph, host.node_ids)
-    skip: set[tuple[str, str]] = set()
-    if host.model_list is not None:
-        list_models = host.model_list
-
-        def fetch(route: str) -> list[str] | None:  # doctor asks for "/models/<folder>"
-            return list_models(route.removeprefix("/models/"))
-
-        checks += doctor.model_file_checks(graph, host.schemas, fetch)
-        skip = doctor.model_input_keys(graph, host.schemas)  # reported above, with the folder's file count
-    checks += doctor.workflow_checks(graph, host.schemas, host.locate, skip, on_server=True)
-    return checks + host.environment(graph)
+def preflight_checks(graph: dict, host: HostView) -> list[Check]:
+    """The graph on `host`: nodes it lacks (F35), schema checks and every rule, model files and their headers,
+    then the server's environment."""
+    found = graph_checks(graph, host.schemas, host.locate, host.node_ids, host.disabled, pack_of=host.pack_of)
+    return [*host.notes, *found, *host.environment(graph)]
 
 
 def preflight_report(graph: Any, host_for: Callable[[dict], HostView]) -> dict[str, Any]:
     """The route's JSON answer: the worst status, counts, and every check (node_id where one applies)."""
     if not isinstance(graph, dict) or not graph or not all(isinstance(n, dict) for n in graph.values()):
-        checks = [doctor.Check(doctor.FAIL, "workflow", "not an API-format graph (a JSON object of nodes)",
-                               "send the graph the frontend queues: {\"prompt\": app.graphToPrompt().output}")]
+        checks = [Check(FAIL, "workflow", "not an API-format graph (a JSON object of nodes)",
+                        "send the graph the frontend queues: {\"prompt\": app.graphToPrompt().output}")]
     else:
         checks = preflight_checks(graph, host_for(graph))
     counts = {status: sum(c.status == status for c in checks) for status in STATUS_ORDER}
-    worst = max((c.status for c in checks), key=STATUS_ORDER.index, default=doctor.PASS)
-    return {"status": worst, "fail": counts[doctor.FAIL], "warn": counts[doctor.WARN],
-            "pass": counts[doctor.PASS], "checks": [check_item(c) for c in checks]}
+    worst = max((c.status for c in checks), key=STATUS_ORDER.index, default=PASS)
+    return {"status": worst, "fail": counts[FAIL], "warn": counts[WARN], "pass": counts[PASS],
+            "checks": [check_item(c) for c in checks]}
 
 
 # --- the ComfyUI this process runs in --------------------------------------------------------------
 
-def node_schemas(node_classes: Mapping[str, type], class_types: Iterable[str]) -> tuple[dict[str, dict], list]:
+def node_schemas(node_classes: Mapping[str, type], class_types: Iterable[str]) -> tuple[dict[str, dict], list[Check]]:
     """/object_info entries of `class_types`, read from the registered classes; a class whose schema raises is
     left out with a WARN naming it (its inputs go unchecked), as /object_info must not fail for one node."""
-    from ..scripts.schemas import class_info
-
     schemas: dict[str, dict] = {}
     notes = []
     for class_type in sorted(set(class_types)):
@@ -106,37 +98,31 @@ def node_schemas(node_classes: Mapping[str, type], class_types: Iterable[str]) -
             schemas[class_type] = (cls.GET_NODE_INFO_V1() if hasattr(cls, "GET_NODE_INFO_V1")
                                    else class_info(class_type, cls))
         except Exception as exc:  # noqa: BLE001 - a third-party node's INPUT_TYPES may raise anything
-            notes.append(doctor.Check(doctor.WARN, "nodes", f"'{class_type}': its inputs could not be read "
-                                      f"({type(exc).__name__}: {exc}), so they were not checked",
-                                      "see the ComfyUI log for that node pack's error"))
+            notes.append(Check(WARN, "nodes", f"'{class_type}': its inputs could not be read "
+                               f"({type(exc).__name__}: {exc}), so they were not checked",
+                               "see the ComfyUI log for that node pack's error"))
     return schemas, notes
 
 
 @lru_cache(maxsize=1)
-def machine_checks() -> tuple:
+def machine_checks() -> tuple[Check, ...]:
     # Packages, GPU and attention backends do not change under a running server (installing one needs a
     # restart to take effect), so they are read once per process.
-    return tuple(doctor.local_checks())
+    return tuple(local_checks())
 
 
-def server_environment(graph: dict) -> list:
-    return [doctor.comfyui_version_check(comfyui_version(), graph), *machine_checks()]
+def server_environment(graph: dict) -> list[Check]:
+    return [comfyui_version_check(comfyui_version(), graph), *machine_checks()]
 
 
 def comfyui_host(graph: dict) -> HostView:
-    from ..nodes.preflight import host_locator
+    from ..nodes import DISABLED_NODES
+    from ..nodes.preflight import host_locator, pack_of
 
     registered = host_module("nodes").NODE_CLASS_MAPPINGS
-    folder_paths = host_module("folder_paths")
     types = [n.get("class_type") for n in graph.values() if isinstance(n.get("class_type"), str)]
     schemas, notes = node_schemas(registered, types)
-
-    def model_list(folder: str) -> list[str] | None:
-        if folder not in folder_paths.folder_names_and_paths:
-            return None
-        return list(folder_paths.get_filename_list(folder))
-
-    return HostView(schemas, set(registered), host_locator(), model_list, server_environment, notes)
+    return HostView(schemas, set(registered), host_locator(), DISABLED_NODES, pack_of, server_environment, notes)
 
 
 # --- aiohttp handlers -----------------------------------------------------------------------------

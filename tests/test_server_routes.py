@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 from h3kit.adapters import server_routes
-from h3kit.scripts import doctor, validate
-from h3kit.scripts.schemas import offline_schemas
+from h3kit.checks.problem import FAIL, PASS, WARN, Check
+from h3kit.checks.validator import validate_file, validate_graph
+from h3kit.scripts import doctor
+from h3kit.scripts.schemas import offline_schemas, providing_pack
 
 aiohttp = pytest.importorskip("aiohttp")
 from aiohttp import web  # noqa: E402
@@ -31,7 +33,7 @@ CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine above 0.8 repaints faces
 
 def offline_host(graph: dict) -> server_routes.HostView:
     """A host that has every pinned core node and every H3Kit node, and no model folders."""
-    return server_routes.HostView(SCHEMAS, set(SCHEMAS))
+    return server_routes.HostView(SCHEMAS, set(SCHEMAS), pack_of=providing_pack)
 
 
 def shipped(name: str) -> dict:
@@ -101,17 +103,17 @@ def test_route_reports_what_validate_reports(name, tmp_path):
     graph = SAMPLES[name]()
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(graph), encoding="utf-8")
-    problems = validate.validate_file(path, SCHEMAS)
-    status_of = {"error": doctor.FAIL, "warning": doctor.WARN}
+    problems = validate_file(path, SCHEMAS, providing_pack)  # what `validate FILE` prints
+    status_of = {"error": FAIL, "warning": WARN}
     expected = Counter((status_of[p.severity], p.message, p.fix) for p in problems)
     messages = [p.message for p in problems]
     report = report_for(graph)
     found = Counter((c["status"], next((m for m in messages if m in c["detail"]), c["detail"]), c["fix"])
-                    for c in report["checks"] if c["status"] != doctor.PASS)
+                    for c in report["checks"] if c["status"] != PASS)
     assert not expected - found, "validate reports what the route does not"
-    if not any(p.severity == "error" for p in validate.validate_graph(graph, SCHEMAS)):
+    if not any(p.severity == "error" for p in validate_graph(graph, SCHEMAS, providing_pack)):
         assert found == expected  # validate runs the graph rules only on a schema-valid graph; doctor always
-    assert report["status"] == max([doctor.PASS, *(s for s, _, _ in expected)], key=server_routes.STATUS_ORDER.index)
+    assert report["status"] == max([PASS, *(s for s, _, _ in expected)], key=server_routes.STATUS_ORDER.index)
 
 
 def test_f23_repaint_cliff_fails_with_the_node_and_the_fix():
@@ -119,6 +121,7 @@ def test_f23_repaint_cliff_fails_with_the_node_and_the_fix():
     assert report["status"] == "FAIL" and report["fail"] == 1
     (item,) = [c for c in report["checks"] if c["status"] == "FAIL"]
     assert "F23" in item["detail"] and "0.95" in item["detail"]
+    assert item["node_id"] == next(k for k, n in repaint_cliff().items() if n["class_type"] == "H3KitRefineSetup")
     assert "H3KitRefineSetup" in item["detail"] and item["fix"]
 
 
@@ -128,18 +131,19 @@ def test_f35_missing_node_names_the_pack_that_provides_it():
     report = server_routes.preflight_report(graph, lambda g: host)
     (item,) = [c for c in report["checks"] if c["check"] == "nodes"]
     assert item["status"] == "FAIL" and "LTXVLatentUpsampler" in item["detail"] and "install" in item["fix"]
+    assert graph[item["node_id"]]["class_type"] == "LTXVLatentUpsampler"
 
 
 def test_model_files_are_checked_against_the_host_folders():
     graph = shipped("h3_ltx_two_stage")
-    host = server_routes.HostView(SCHEMAS, set(SCHEMAS), model_list=lambda folder: [])
+    host = server_routes.HostView(SCHEMAS, set(SCHEMAS), locate=lambda folder, name: None)
     report = server_routes.preflight_report(graph, lambda g: host)
     missing = [c for c in report["checks"] if c["check"] == "model files"]
-    assert missing and all(c["status"] == "FAIL" and "models/" in c["fix"] for c in missing)
+    assert missing and all(c["status"] == "FAIL" and "models/" in c["fix"] and c["node_id"] in graph for c in missing)
 
 
 def test_environment_checks_of_the_server_are_part_of_the_answer():
-    env = doctor.Check(doctor.WARN, "torch", "a CPU-only build", "install a CUDA build")
+    env = Check(WARN, "torch", "a CPU-only build", "install a CUDA build")
     host = server_routes.HostView(SCHEMAS, set(SCHEMAS), environment=lambda graph: [env])
     report = server_routes.preflight_report(shipped("h3_ltx_two_stage"), lambda g: host)
     assert {"status": "WARN", "check": "torch", "detail": "a CPU-only build", "fix": "install a CUDA build"} in report["checks"]
