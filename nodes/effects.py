@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..adapters.host import comfyui_version, host_loaded, host_module, parse_version
-from ..adapters.safetensors_file import read_safetensors_header
+from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
 from .common import H3KitInputError, Report, category
 
 CATEGORY = category("Effects")
@@ -167,32 +167,21 @@ def _pick_tensor(names: list[str]) -> str | None:
 
 def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
     try:
-        header, data_start = read_safetensors_header(path)
-        data_bytes = path.stat().st_size - data_start
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        header = read_header(path)  # the safetensors library's rules: a truncated or overlapping file is refused
+    except (OSError, SafetensorsHeaderError) as exc:
         raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
                               "download the effect file again") from exc
-    tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
-    chosen = _pick_tensor(sorted(tensors))
+    chosen = _pick_tensor(sorted(header.tensors))
     if chosen is None:
+        names = sorted(header.tensors)
         raise H3KitInputError(node, input_name, name,
-                              f"holds {len(tensors)} tensors ({', '.join(sorted(tensors)[:6]) or 'none'}) and none is named '{H3_EMBED_KEY}'",
+                              f"holds {len(names)} tensors ({', '.join(names[:6]) or 'none'}) and none is named '{H3_EMBED_KEY}'",
                               f"use an effect file with one tensor, or name the effect tensor '{H3_EMBED_KEY}'")
-    entry = tensors[chosen]
-    shape, dtype = list(entry.get("shape", [])), str(entry.get("dtype", "?"))
-    begin, end = (entry.get("data_offsets") or [0, 0])[:2]
-    if end > data_bytes:
-        raise H3KitInputError(node, input_name, name,
-                              f"file is truncated: tensor '{chosen}' ends at byte {end} of the data section, which has {data_bytes}",
-                              "download the effect file again (the copy is incomplete)")
-    if dtype not in FLOAT_DTYPES:
-        raise H3KitInputError(node, input_name, name, f"tensor '{chosen}' has dtype {dtype}, not a float type",
+    entry = header.tensors[chosen]
+    if entry.dtype not in FLOAT_DTYPES:
+        raise H3KitInputError(node, input_name, name, f"tensor '{chosen}' has dtype {entry.dtype}, not a float type",
                               "use an effect file with F16, BF16 or F32 rows")
-    if end - begin != math.prod(shape) * FLOAT_DTYPES[dtype]:
-        raise H3KitInputError(node, input_name, name,
-                              f"tensor '{chosen}' declares shape {shape} but stores {end - begin} bytes",
-                              "download the effect file again")
-    return _checked(node, input_name, name, path, shape, dtype, chosen)
+    return _checked(node, input_name, name, path, list(entry.shape), entry.dtype, chosen)
 
 
 def _legacy_tensor(node: str, input_name: str, name: str, path: Path) -> torch.Tensor:
