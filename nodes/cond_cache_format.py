@@ -125,10 +125,22 @@ def list_cache_names(folders: list[Path]) -> list[str]:
     for folder in folders:
         if not folder.is_dir():
             continue
-        for entry in os.scandir(folder):
-            if entry.name.lower().endswith(FILE_SUFFIX) and not entry.name.startswith(".") and entry.is_file():
-                names.add(entry.name)
+        try:
+            with os.scandir(folder) as entries:
+                names.update(entry.name for entry in entries if _visible_cache_file(entry))
+        except OSError as exc:
+            raise CacheError(f"the cache folder {folder} cannot be listed ({exc.strerror or exc})",
+                             "check the folder's permissions") from exc
     return sorted(names)
+
+
+def _visible_cache_file(entry: os.DirEntry) -> bool:
+    if not entry.name.lower().endswith(FILE_SUFFIX) or entry.name.startswith("."):
+        return False
+    try:
+        return entry.is_file()
+    except OSError:  # a link into an unreadable place: listed by nothing, like a missing file
+        return False
 
 
 def find_cache_file(folders: list[Path], name: str) -> Path | None:
@@ -384,6 +396,17 @@ def read_header(path: Path) -> tuple[SafetensorsHeader, dict[str, str]]:
     return header, header.metadata or {}
 
 
+def check_cache_header(path: Path) -> dict[str, str]:
+    """Every check that needs no tensor data (layout, size, format, version, metadata JSON): the metadata, or
+    CacheError. Cheap enough for VALIDATE_INPUTS and `cond list`."""
+    header, metadata = read_header(path)
+    _check_size(path, header)
+    check_metadata(path, header, metadata)
+    _json_field(path, metadata, "tensors")
+    _json_field(path, metadata, "structure")
+    return metadata
+
+
 def read_cache(path: Path) -> LoadedCache:
     """Read and check a cache file: the header first, then one read of the data into a writable CPU buffer
     (tensors are views of it) whose size the checked header fixed.
@@ -424,15 +447,19 @@ def _checked_header(path: Path, fh: Any) -> tuple[SafetensorsHeader, dict[str, s
     except SafetensorsHeaderError as exc:
         _raise_if_pickle(path, head)
         raise CacheError(f"{path} is not a usable safetensors file: {exc}", REBUILD_FIX) from exc
-    if header.data_bytes > MAX_CACHE_BYTES:
-        raise CacheError(f"{path} holds {header.data_bytes / 2**30:.1f} GiB of tensors; a conditioning cache is at most "
-                         f"{MAX_CACHE_BYTES // 2**30} GiB (an encoded prompt is a few MiB)",
-                         "check that this is a conditioning cache; " + REBUILD_FIX)
+    _check_size(path, header)
     metadata = header.metadata or {}
     check_metadata(path, header, metadata)
     records = _json_field(path, metadata, "tensors")
     structure = _json_field(path, metadata, "structure")
     return header, metadata, structure, records
+
+
+def _check_size(path: Path, header: SafetensorsHeader) -> None:
+    if header.data_bytes > MAX_CACHE_BYTES:
+        raise CacheError(f"{path} holds {header.data_bytes / 2**30:.1f} GiB of tensors; a conditioning cache is at most "
+                         f"{MAX_CACHE_BYTES // 2**30} GiB (an encoded prompt is a few MiB)",
+                         "check that this is a conditioning cache; " + REBUILD_FIX)
 
 
 def _read_exact(fh: Any, count: int) -> bytes:

@@ -28,7 +28,7 @@ import torch
 
 from ..adapters.host import comfyui_version, host_loaded, host_module, parse_version
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
-from .common import H3KitInputError, Report, category
+from .common import H3KitInputError, Report, category, log_once
 
 CATEGORY = category("Effects")
 H3_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
@@ -37,6 +37,8 @@ ENV_DIR = "H3KIT_EMBEDDINGS_DIR"
 MARKER = "embedding:"
 NONE = "none"
 EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
+MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
+MAX_WALK_DEPTH = 32
 MIN_COMFYUI = (0, 34, 0)  # field-notes §A6: effect embeddings need ComfyUI >= 0.34.0 (native H3 encoder)
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
@@ -82,30 +84,73 @@ def embedding_dirs() -> list[Path]:
     return [Path(p) for p in raw.split(os.pathsep) if p]
 
 
-def _walk_files(root: Path) -> list[str]:
-    """Relative POSIX names of embedding files under `root` (following links, each real folder once)."""
-    found: list[str] = []
+@dataclass
+class FolderWalk:
+    folders: list[str]  # absolute paths of the folders visited (each real folder once)
+    files: list[str]  # embedding files, relative POSIX names
+    stopped: str = ""  # why the walk stopped early, or ""
+
+
+def walk_embeddings(root: Path) -> FolderWalk:
+    """Every folder and embedding file under `root`, in os.walk's order, following links as ComfyUI does but
+    visiting each real folder once (a link loop ends there) and at most MAX_WALK_FOLDERS folders,
+    MAX_WALK_DEPTH deep: a huge or looping tree costs bounded time, and the cut is reported, never hidden."""
+    walk = FolderWalk([], [])
     seen: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        real = os.path.realpath(dirpath)
-        if real in seen:  # a link loop would otherwise walk forever
-            dirnames[:] = []
+    stack = [(str(root), "", 0)]
+    while stack:
+        folder, rel, depth = stack.pop()
+        real = os.path.realpath(folder)
+        if real in seen:
             continue
+        if len(walk.folders) >= MAX_WALK_FOLDERS:
+            walk.stopped = f"stopped after {MAX_WALK_FOLDERS} folders under {root}"
+            break
         seen.add(real)
-        dirnames.sort()
-        rel_dir = Path(dirpath).relative_to(root)
-        for name in sorted(filenames):
-            if name.lower().endswith(EXTENSIONS):
-                found.append((rel_dir / name).as_posix())
-    return found
+        walk.folders.append(folder)
+        subfolders = []
+        for entry in _entries(folder):
+            if _is_folder(entry):
+                subfolders.append((entry.path, f"{rel}{entry.name}/", depth + 1))
+            elif entry.name.lower().endswith(EXTENSIONS):
+                walk.files.append(rel + entry.name)
+        if subfolders and depth >= MAX_WALK_DEPTH:
+            walk.stopped = f"did not enter folders more than {MAX_WALK_DEPTH} levels below {root}"
+            continue
+        stack.extend(reversed(subfolders))
+    return walk
+
+
+def _entries(folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=lambda entry: entry.name)
+    except OSError as exc:
+        log_once(f"effects-scan:{folder}", f"H3Kit effects: cannot list {folder} ({exc.strerror or exc}); skipped")
+        return []
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows links; a dangling or self-referencing link is no folder
+    except OSError:
+        return False
+
+
+def _walks(dirs: list[Path]) -> list[FolderWalk]:
+    walks = [walk_embeddings(root) for root in dirs if root.is_dir()]
+    for walk in walks:
+        if walk.stopped:
+            log_once(f"effects-walk:{walk.stopped}", f"H3Kit effects: {walk.stopped}; files further down are not "
+                     "listed (move effect files nearer the top of models/embeddings)")
+    return walks
 
 
 def list_effect_files() -> list[str]:
     """Names for the effect combo. Reads directory entries only: no file is opened at startup."""
     names: list[str] = []
-    for root in embedding_dirs():
-        if root.is_dir():
-            names.extend(n for n in _walk_files(root) if n not in names)
+    for walk in _walks(embedding_dirs()):
+        names.extend(n for n in walk.files if n not in names)
     return names
 
 
@@ -250,12 +295,10 @@ def _comfy_candidates(marker_name: str, dirs: list[Path]) -> set[str]:
     """Every file ComfyUI's load_embed could pick for `embedding:<marker_name>`: it searches each folder and
     all its subfolders (in no fixed order), trying the name as given, then + .safetensors/.pt/.bin."""
     found: set[str] = set()
-    for root in dirs:
-        if not root.is_dir():
-            continue
-        for dirpath, _, _ in os.walk(root, followlinks=True):
-            base = os.path.join(dirpath, marker_name)
-            if not _inside(dirpath, base):
+    for walk in _walks(dirs):
+        for folder in walk.folders:
+            base = os.path.join(folder, marker_name)
+            if not _inside(folder, base):
                 continue
             for candidate in (base, *(base + ext for ext in EXTENSIONS)):
                 if os.path.isfile(candidate):
