@@ -4,7 +4,8 @@ H3KitEffectPrompt   prompt text -> prompt with `embedding:<name>` markers placed
                     token, F15), after checking every effect file: it exists in an embeddings folder, holds one
                     2-D [N, 5120] tensor (the Qwen3-VL-32B token width) and is not truncated.
 H3KitEffectSplice   CLIP + prompt + effect -> CONDITIONING with the N rows spliced into the token list at the chosen
-                    position, verified by counting tokens and checking the encoder's output width.
+                    position, verified against what others produced: the encoder's output positions and width,
+                    and the encoder's own tokenizer loading the same rows for `embedding:<name>`.
 
 Why: ComfyUI drops a missing or wrong-width embedding with a log line only, and a marker at the very start of an
 H3 prompt has no visible effect (field-notes §D, host-api.md §4). The output still changes (literal text tokens),
@@ -514,9 +515,6 @@ class TokenStream:
     key: str
     entries: list[tuple]
 
-    def embedding_rows(self, width: int) -> int:
-        return sum(1 for e in self.entries if torch.is_tensor(e[0]) and e[0].dim() == 1 and e[0].shape[0] == width)
-
 
 def _contract_error(node: str, found: str) -> H3KitInputError:
     return H3KitInputError(
@@ -600,9 +598,10 @@ class H3KitEffectSplice:
     CATEGORY = CATEGORY
     DESCRIPTION = (
         "Encodes the prompt with the connected MiniMax-H3 text encoder and splices an effect's N rows into the token "
-        "list at the chosen position (never position 0), then proves it: the token list must grow by exactly N "
-        "entries 5120 wide and the conditioning must be 5120 wide. Use the CONDITIONING as t2va positive "
-        "(with EmptyMiniMaxH3LatentAV)."
+        "list at the chosen position (never position 0), then proves it without trusting its own list: the encoder "
+        "must return one 5120-wide position per prompt token plus the N rows of the file's header, and the "
+        "encoder's own tokenizer, given embedding:<name>, must load the same N rows. Use the CONDITIONING as t2va "
+        "positive (with EmptyMiniMaxH3LatentAV)."
     )
     FUNCTION = "execute"
     RETURN_TYPES = ("CONDITIONING", "STRING")
@@ -656,7 +655,7 @@ class H3KitEffectSplice:
         if index < 1:
             raise H3KitInputError(node, "prompt", prompt, "no token precedes the chosen position", FIX_F15)
         spliced = base.entries[:index] + [(row, 1.0) for row in rows] + base.entries[index:]
-        self._verify_growth(node, base, spliced, info.rows)
+        report.set(host_rows=self._host_rows_agree(node, clip, base.key, info, rows, strength, report))
 
         cond = clip.encode_from_tokens_scheduled({base.key: [spliced]})
         shape = conditioning_shape(node, cond)
@@ -664,25 +663,42 @@ class H3KitEffectSplice:
             raise H3KitInputError(node, "clip", base.key,
                                   f"the encoder returned {shape[-1]}-wide conditioning ({width_hint(shape[-1])}); "
                                   f"the {info.rows} effect rows were not applied", "connect the MiniMax-H3 text encoder")
-        if len(shape) != 3 or shape[1] != len(spliced):
+        # The proof counts what others produced: the encoder's positions against the tokenizer's count of the plain
+        # prompt plus the row count in the file's header - never the length of the list spliced above.
+        expected = len(base.entries) + info.rows
+        if len(shape) != 3 or shape[1] != expected:
             raise H3KitInputError(node, "clip", base.key,
                                   f"the encoder returned conditioning {list(shape)} for {len(base.entries)} prompt tokens + "
-                                  f"{info.rows} effect rows = {len(spliced)} positions, so the splice cannot be verified",
+                                  f"{info.rows} effect rows = {expected} positions, so the splice cannot be verified",
                                   "connect the MiniMax-H3 text encoder (one conditioning position per token)")
         report.set(effect=info.summary(), rows_spliced=info.rows, encoder=base.key, declared_width=declared,
                    insert_at_char=cut, insert_at_token=index, tokens_before=len(base.entries),
-                   tokens_after=len(spliced), conditioning_shape=list(shape))
+                   tokens_after=shape[1], conditioning_shape=list(shape))
         return cond, report.json()
 
     @staticmethod
-    def _verify_growth(node: str, base: TokenStream, spliced: list[tuple], rows: int) -> None:
-        """The check nobody had: the sequence grew by exactly N entries, each a 5120-wide embedding row."""
-        grown = len(spliced) - len(base.entries)
-        added = TokenStream(base.key, spliced).embedding_rows(H3_WIDTH) - base.embedding_rows(H3_WIDTH)
-        if grown != rows or added != rows:
-            raise H3KitInputError(node, "effect", rows,
-                                  f"the token list grew by {grown} entries ({added} of width {H3_WIDTH}) instead of {rows}",
-                                  "report this with the effect file; nothing was encoded")
+    def _host_rows_agree(node: str, clip: Any, key: str, info: EffectInfo, rows: torch.Tensor, strength: float,
+                         report: Report) -> str:
+        """Cross-check with an encoding we did not build: the encoder's own tokenizer resolving `embedding:<name>`
+        (ComfyUI's load_embed) must yield the same N rows we read. Where it cannot resolve the marker (the file
+        is only in H3KIT_EMBEDDINGS_DIR, or the name cannot be a marker) the skip is a visible fallback."""
+        try:
+            marker = marker_for(node, "effect", info)
+        except H3KitInputError as exc:
+            report.fallback("host_rows", f"rows not cross-checked with the encoder's tokenizer: {exc.problem}")
+            return "not checked"
+        host = [e[0] for e in token_stream(node, clip, f"effect {marker}").entries if torch.is_tensor(e[0])]
+        if not host:
+            report.fallback("host_rows", f"rows not cross-checked: the encoder's tokenizer does not resolve {marker} "
+                                         "(its embeddings folders differ from the ones listed here)")
+            return "not checked"
+        host_rows = torch.stack([row.detach().to(torch.float32).reshape(-1) for row in host]) * strength
+        if host_rows.shape != rows.shape or not torch.allclose(host_rows, rows, rtol=1e-3, atol=1e-5):
+            raise H3KitInputError(node, "effect", info.name,
+                                  f"the encoder's tokenizer loads {marker} as {list(host_rows.shape)} rows that differ from "
+                                  f"the {[info.rows, info.width]} rows read from the file (another file or tensor of that name)",
+                                  "keep one embedding of that name, holding the rows alone or under 'qwen3vl_32b'")
+        return f"{len(host)} rows equal to the encoder tokenizer's {marker}"
 
 
 NODES = [H3KitEffectPrompt, H3KitEffectSplice]
