@@ -90,8 +90,8 @@ def header_length(prefix: bytes, file_size: int) -> int:
         raise SafetensorsHeaderError(f"the header length field says {length} bytes; safetensors allows at most "
                                      f"{MAX_HEADER_BYTES} (not a safetensors file, or a corrupt one)")
     if 8 + length > file_size:
-        raise SafetensorsHeaderError(f"the header length field says {length} bytes but the file has only "
-                                     f"{file_size - 8} after it (truncated, or not a safetensors file)")
+        raise SafetensorsHeaderError(f"the header length field says {length} bytes, which does not fit the "
+                                     f"{file_size - 8} bytes after it (truncated, or not a safetensors file)")
     return length
 
 
