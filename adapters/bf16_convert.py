@@ -18,25 +18,28 @@ import json
 import os
 import shutil
 import struct
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from .files import TargetExists, atomic_path
 from .safetensors_file import MAX_HEADER_BYTES, SafetensorsHeader, SafetensorsHeaderError, read_header
 
 FP16_MAX = 65504.0
 CHUNK_ELEMENTS = 8 * 1024 * 1024  # 16 MiB of bf16 per read: bounded memory, few Python round trips
 COPY_CHUNK_BYTES = 64 * 1024 * 1024
-MAX_OUTPUT_NAME_BYTES = 240  # 255-byte file-name limit minus the temporary name's prefix and suffix
-TEMP_PREFIX, TEMP_SUFFIX = ".", ".tmp"
+MAX_OUTPUT_NAME_BYTES = 255  # the file-name limit of ext4, NTFS, APFS
 
 Progress = Callable[[int], None]  # called with the number of source bytes just processed
 
 
 class ConvertError(Exception):
     """A refusal or a failed check; the message says what to do. Nothing was written."""
+
+
+class _NothingToWrite(Exception):
+    """Overflow without clamp: leave the atomic write without publishing."""
 
 
 @dataclass
@@ -184,9 +187,8 @@ def check_paths(source: Path, target: Path, overwrite: bool) -> None:
         raise ConvertError(f"input {source} does not exist or is not a file")
     name_bytes = len(os.fsencode(target.name))
     if name_bytes > MAX_OUTPUT_NAME_BYTES:
-        raise ConvertError(f"the output file name is {name_bytes} bytes long; at most {MAX_OUTPUT_NAME_BYTES} are "
-                           "allowed (file systems stop at 255, and the temporary file needs a few more): use a "
-                           "shorter name")
+        raise ConvertError(f"the output file name is {name_bytes} bytes long; file systems allow at most "
+                           f"{MAX_OUTPUT_NAME_BYTES}: use a shorter name")
     if not target.parent.is_dir():
         raise ConvertError(f"output folder {target.parent} does not exist")
     if target.exists() and os.path.samefile(source, target):
@@ -217,13 +219,8 @@ def bf16_to_fp16(source: Path, target: Path, clamp: bool = False, overwrite: boo
     tick = progress or (lambda _n: None)
     result = ConversionResult()
     try:
-        handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f"{TEMP_PREFIX}{target.name}.",
-                                             suffix=TEMP_SUFFIX, delete=False)
-    except OSError as exc:
-        raise ConvertError(f"cannot create a file in {target.parent} ({exc.strerror or exc})") from exc
-    temp = Path(handle.name)
-    try:
-        with handle as dst, open(source, "rb") as src:
+        with atomic_path(target, overwrite=overwrite, check=lambda tmp: verify_output(tmp, plans, header.metadata)) \
+                as temp, open(temp, "wb") as dst, open(source, "rb") as src:
             dst.write(out_header)
             for plan in plans:
                 sink = None if result.overflow else dst  # after an overflow only measure, to list them all
@@ -234,16 +231,13 @@ def bf16_to_fp16(source: Path, target: Path, clamp: bool = False, overwrite: boo
                 result.tensors.append(row)
                 if row.max_abs is not None and row.max_abs > FP16_MAX and not clamp:
                     result.overflow.append(row)
-            dst.flush()
-            os.fsync(dst.fileno())
-        if result.overflow:
-            return result
-        verify_output(temp, plans, header.metadata)
-        os.replace(temp, target)
-        result.written = True
-        return result
+            if result.overflow:
+                raise _NothingToWrite
+    except _NothingToWrite:
+        return result  # the temporary file is gone, OUT untouched
+    except TargetExists as exc:
+        raise ConvertError(f"output {target} appeared while converting; nothing was written") from exc
     except OSError as exc:
         raise ConvertError(f"writing {target} failed ({exc.strerror or exc}); nothing was written") from exc
-    finally:
-        if temp.exists():  # any failure or interruption: no partial OUT, no stray temp file
-            temp.unlink()
+    result.written = True
+    return result

@@ -67,12 +67,5 @@ class Report:
         return json.dumps(self.as_dict(), indent=2, sort_keys=False, default=str, allow_nan=True)
 
 
-def printable(text: str, limit: int = 200) -> str:
-    """Text from files or servers as it may reach a terminal or log: control characters escaped, length capped."""
-    text = str(text)
-    shown = text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
-
-
 def category(area: str) -> str:
     return f"{CATEGORY_ROOT}/{area}"

@@ -22,7 +22,6 @@ import math
 import os
 import re
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,6 +31,7 @@ from typing import Any
 import torch
 
 from ..adapters import bounded_json
+from ..adapters.files import atomic_path
 from ..adapters.safetensors_file import (
     SafetensorsHeader,
     SafetensorsHeaderError,
@@ -343,19 +343,9 @@ def save_conditioning(
 
 
 def _write_atomically(target: Path, tensors: dict, metadata: dict[str, str], save_file: Any) -> None:
-    """Temp file in the same folder, fsync, then one rename: readers see the old file or the new one, never half."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".h3kit-", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    """Through the one atomic writer (adapters/files.py): readers see the old file or the new one, never half."""
+    with atomic_path(target, overwrite=True) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _same_content(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bool:

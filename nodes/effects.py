@@ -29,10 +29,11 @@ import torch
 
 from ..adapters.host import comfyui_version, host_loaded, host_module, parse_version
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
+from ..checks import facts
 from .common import H3KitInputError, Report, category, log_once
 
 CATEGORY = category("Effects")
-H3_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
+H3_WIDTH = facts.H3_EMBEDDING_WIDTH
 H3_EMBED_KEY = "qwen3vl_32b"  # the tensor name the H3 tokenizer prefers inside an embedding file
 ENV_DIR = "H3KIT_EMBEDDINGS_DIR"
 MARKER = "embedding:"
@@ -40,7 +41,6 @@ NONE = "none"
 EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
 MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
 MAX_WALK_DEPTH = 32
-MIN_COMFYUI = (0, 34, 0)  # field-notes §A6: effect embeddings need ComfyUI >= 0.34.0 (native H3 encoder)
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
 SHOT_TAG = re.compile(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
@@ -53,7 +53,7 @@ FLOAT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
 
 # Token widths of ComfyUI text encoders (embedding_size in comfy/text_encoders/*.py, v0.3.64 and NEW).
 KNOWN_WIDTHS = {
-    5120: "Qwen3-VL-32B (MiniMax-H3)",
+    facts.H3_EMBEDDING_WIDTH: "Qwen3-VL-32B (MiniMax-H3)",
     4096: "T5-XXL / UMT5-XXL / Llama (Flux, SD3, Wan, LTX-Video 0.9, HunyuanVideo)",
     3840: "Gemma-3-12B (LTX-2.x text encoder)",
     3584: "Qwen2.5-VL-7B (Qwen-Image)",
@@ -398,8 +398,9 @@ def _selected_effects(effects: list[str]) -> list[str]:
 
 def _version_note(report: Report) -> None:
     version = comfyui_version()
-    if version and parse_version(version) < MIN_COMFYUI:
-        report.warn(f"ComfyUI {version} has no native MiniMax-H3 text encoder; effect embeddings need ComfyUI >= 0.34.0")
+    if version and parse_version(version) < facts.MIN_COMFYUI:
+        report.warn(f"ComfyUI {version} has no native MiniMax-H3 text encoder; effect embeddings need ComfyUI >= "
+                    f"{facts.version_text(facts.MIN_COMFYUI)}")
 
 
 def _file_signature(effects: list[str]) -> str:
