@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.safetensors_file import SafetensorsHeaderError as HeaderError
-from ..adapters.safetensors_file import read_safetensors_header
+from ..adapters.safetensors_file import read_header as read_safetensors_header
 from .facts import H3_EMBEDDING_WIDTH
 from .graph import input_kind, nodes_of, resolved
 from .problem import Problem
@@ -72,7 +72,7 @@ def header_problems(nid: str, ct: str, name: str, folder: str, path: Path) -> li
     if path.suffix.lower() != ".safetensors":
         return []
     try:
-        header = read_safetensors_header(path)[0]
+        header = read_safetensors_header(path).json
     except (OSError, HeaderError) as exc:
         return [Problem(nid, ct, name, path.name, f"F13: cannot read the safetensors header of {path}: {exc}",
                         "re-download the file (compare its size with the source)")]
@@ -124,7 +124,7 @@ def embedding_problems(graph: dict, locate: Callable[[str, str], Path | None]) -
             if path.suffix.lower() != ".safetensors":
                 continue
             try:
-                width = embedding_width(read_safetensors_header(path)[0])
+                width = embedding_width(read_safetensors_header(path).json)
             except (OSError, HeaderError) as exc:
                 problems.append(Problem(nid, node["class_type"], field, name, f"cannot read embedding {path}: {exc}",
                                         "re-download the embedding"))

@@ -104,20 +104,20 @@ def run_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    print(f"file:      {info['file']}")
-    print(f"format:    h3kit.conditioning v{info['format_version']}, written by H3Kit {info['h3kit_version']} "
-          f"at {info['created_utc']}")
-    print(f"encoder:   {info['encoder'] or '(not recorded)'}")
+    print(f"file:      {printable(info['file'])}")
+    print(f"format:    h3kit.conditioning v{info['format_version']}, written by H3Kit {printable(info['h3kit_version'], 40)} "
+          f"at {printable(info['created_utc'], 40)}")
+    print(f"encoder:   {printable(info['encoder'], 300) or '(not recorded)'}")
     print(f"prompt:    {json.dumps(info['prompt_text'])}" if info["prompt_text"] else "prompt:    (not recorded)")
     if info["prompt_sha256"]:
-        print(f"sha256:    {info['prompt_sha256']}")
+        print(f"sha256:    {printable(info['prompt_sha256'], 80)}")
     for i, entry in enumerate(info["entries"]):
         print(f"entry {i}:   tensor {entry['tensor']}")
         for key, value in entry["options"].items():
-            print(f"  {key}: {json.dumps(value)}")
+            print(f"  {printable(key, 100)}: {json.dumps(value)[:300]}")
     print("data:      every tensor matches its checksum")
     for warning in info["warnings"]:
-        print(f"warning:   {warning}")
+        print(f"warning:   {printable(warning, 300)}")
     return 0
 
 
@@ -133,32 +133,36 @@ def _named_file(folder: Path, name: str) -> Path:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from ..nodes.cond_cache_format import CacheError, check_metadata, list_cache_names, read_header
+    from ..nodes.cond_cache_format import CacheError, check_cache_header, list_cache_names
 
     folder = cache_dir(args.dir)
     rows = []
     for name in list_cache_names([folder]):
         path = folder / name
-        row: dict[str, Any] = {"name": name, "bytes": path.stat().st_size}
-        try:
-            header, metadata = read_header(path)
-            check_metadata(path, header, metadata)
+        row: dict[str, Any] = {"name": name, "bytes": 0}
+        try:  # one bad file is one NOT USABLE row, never the end of the listing
+            row["bytes"] = path.stat().st_size
+            metadata = check_cache_header(path)
             row.update({key: metadata.get(key, "") for key in ("created_utc", "encoder", "prompt_text")})
         except CacheError as exc:
             row["problem"] = exc.problem
+        except OSError as exc:
+            row["problem"] = f"cannot be read ({exc.strerror or exc})"
         rows.append(row)
     if args.json:
         print(json.dumps({"folder": str(folder), "caches": rows}, indent=2))
         return 0
-    print(f"{folder}: {len(rows)} cache(s)" if folder.is_dir() else f"{folder}: folder does not exist yet")
+    print(f"{printable(folder)}: {len(rows)} cache(s)" if folder.is_dir() else f"{printable(folder)}: folder does not exist yet")
     for row in rows:
         size = f"{row['bytes'] / 2**20:7.1f} MiB"
+        name = printable(row["name"])
         if "problem" in row:
-            print(f"  {row['name']}  {size}  NOT USABLE: {row['problem']}")
+            print(f"  {name}  {size}  NOT USABLE: {printable(row['problem'], limit=1000)}")
             continue
         prompt = row["prompt_text"].replace("\n", " ")
         prompt = (prompt[:60] + "...") if len(prompt) > 60 else prompt
-        print(f"  {row['name']}  {size}  {row['created_utc']}  {row['encoder'] or '-'}  {json.dumps(prompt)}")
+        print(f"  {name}  {size}  {printable(row['created_utc'], 40)}  {printable(row['encoder'], 80) or '-'}  "
+              f"{json.dumps(prompt)}")
     return 0
 
 

@@ -450,24 +450,25 @@ def expected_files(api_dir: Path, out_dir: Path, schemas: dict) -> dict[Path, by
     return files
 
 
-def thumbnail_fingerprint(data: bytes) -> str | None:
-    """The source fingerprint stored in a thumbnail's JPEG comment (None when absent)."""
+def thumbnail_identity(data: bytes) -> tuple[str | None, tuple[int, int]]:
+    """The source fingerprint stored in a thumbnail's JPEG comment (None when absent) and its size."""
     import io
 
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as image:
         comment = image.info.get("comment")
-    return comment.decode() if isinstance(comment, bytes) else comment
+        size = image.size
+    return (comment.decode() if isinstance(comment, bytes) else comment), size
 
 
 def is_current(path: Path, content: bytes) -> bool:
-    """JSON must match byte for byte; a JPEG must carry the same source fingerprint (its pixels depend on
-    the Pillow build, its fingerprint only on the graph and the generator)."""
+    """JSON must match byte for byte; a JPEG must carry the same source fingerprint and size (its pixels
+    depend on the Pillow build, its fingerprint only on the graph and the generator)."""
     if not path.is_file():
         return False
     if path.suffix == ".jpg":
-        return thumbnail_fingerprint(path.read_bytes()) == thumbnail_fingerprint(content)
+        return thumbnail_identity(path.read_bytes()) == thumbnail_identity(content)
     return path.read_bytes() == content
 
 
