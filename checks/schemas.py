@@ -18,6 +18,7 @@ WORKFLOWS_DIR = PACK_ROOT / "workflows"
 API_WORKFLOWS_DIR = WORKFLOWS_DIR / "api"
 CORE_SCHEMA_FILE = WORKFLOWS_DIR / "schemas" / "comfyui-core.json"
 H3KIT_PACK = "H3Kit (this pack)"
+SPELLING_CUTOFF = 0.85  # difflib ratio for "did you mean": one or two letters off in a node id
 
 # Nodes that published H3/LTX graphs use but neither core nor H3Kit provides: who provides them.
 KNOWN_THIRD_PARTY = {
@@ -93,8 +94,8 @@ def core_since(class_type: str) -> str | None:
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
-    """The one close spelling among `candidates` (difflib ratio >= 0.8), or None."""
-    close = difflib.get_close_matches(name, sorted({c for c in candidates if c != name}), n=1, cutoff=0.8)
+    """The one close spelling among `candidates` (difflib ratio >= SPELLING_CUTOFF), or None."""
+    close = difflib.get_close_matches(name, sorted({c for c in candidates if c != name}), n=1, cutoff=SPELLING_CUTOFF)
     return close[0] if close else None
 
 
