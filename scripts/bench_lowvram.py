@@ -33,7 +33,6 @@ H3_FULL = {"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336, "rot": 96
 H3_QUICK = {"hidden": 48, "heads": 4, "head_dim": 32, "ffn": 96, "rot": 24, "tokens": [256, 1024]}
 LTX_FULL = {"dim": 4096, "heads": 32, "dim_head": 128, "tokens": 16_128}  # refine 1344x768, 121 frames
 LTX_QUICK = {"dim": 64, "heads": 4, "dim_head": 16, "tokens": 512}
-VARIANTS = [("host", None, None), ("auto", 0, 0), ("fixed 16/8", 16, 8)]
 QUANT = {"plain": None, "int8": "TensorWiseINT8Layout", "nvfp4": "TensorCoreNVFP4Layout"}
 
 
@@ -56,32 +55,49 @@ def load_pack():
     return module
 
 
-def timed(run, device, reps, warmup):
-    """(median seconds, peak transient bytes, last output) of `run()`."""
-    times, peak, out = [], 0, None
+def timed(runs: dict, device, reps, warmup) -> dict:
+    """{name: (median seconds, peak transient bytes, last output)}; the variants take turns in every repetition,
+    so clock and thermal drift fall on all of them alike."""
+    times: dict = {name: [] for name in runs}
+    peaks, outs = dict.fromkeys(runs, 0), dict.fromkeys(runs)
     for i in range(warmup + reps):
-        out = None
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = run()
-            end.record()
-            torch.cuda.synchronize()
-            elapsed = start.elapsed_time(end) / 1000
-            peak = max(peak, torch.cuda.max_memory_allocated() - base)
+        for name, run in runs.items():
+            outs[name] = None
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                outs[name] = run()
+                end.record()
+                torch.cuda.synchronize()
+                elapsed = start.elapsed_time(end) / 1000
+                peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated() - base)
+            else:
+                t0 = time.perf_counter()
+                outs[name] = run()
+                elapsed = time.perf_counter() - t0
+            if i >= warmup:
+                times[name].append(elapsed)
+    return {name: (statistics.median(times[name]), peaks[name], outs[name]) for name in runs}
+
+
+def variants(spec: str) -> list[tuple[str, int | None, int | None]]:
+    """"host,auto,16/8" -> [("host", None, None), ("auto", 0, 0), ("16/8", 16, 8)]."""
+    out = []
+    for item in spec.split(","):
+        if item == "host":
+            out.append(("host", None, None))
+        elif item == "auto":
+            out.append(("auto", 0, 0))
         else:
-            t0 = time.perf_counter()
-            out = run()
-            elapsed = time.perf_counter() - t0
-        if i >= warmup:
-            times.append(elapsed)
-    return statistics.median(times), peak, out
+            heads, chunks = item.split("/")
+            out.append((item, int(heads), int(chunks)))
+    return out
 
 
-def bench_h3(lowvram, fakes, cfg, device, dtype, quant, reps, warmup):
+def bench_h3(lowvram, fakes, cfg, device, dtype, quant, reps, warmup, spec):
     torch.manual_seed(0)
     with torch.device(device):
         net = fakes.H3Net(cfg["hidden"], cfg["heads"], cfg["head_dim"], cfg["ffn"], layers=1).to(dtype)
@@ -93,29 +109,29 @@ def bench_h3(lowvram, fakes, cfg, device, dtype, quant, reps, warmup):
     rows = []
     for tokens in cfg["tokens"]:
         x, t_emb, segments, rope = fakes.h3_inputs(tokens, cfg["hidden"], cfg["rot"], dtype)
-        x, t_emb, rope = x.to(device), t_emb.to(device), rope.to(device)
-        reference = None
-        for name, head_chunks, chunks in VARIANTS:
+        inputs = (x.to(device), t_emb.to(device), segments, rope.to(device))
+        patched_models = {}
+        for name, head_chunks, chunks in [("host", None, None)] + [v for v in variants(spec) if v[0] != "host"]:
             patched = model
             if head_chunks is not None:
-                patched, attention_report = lowvram.H3KitLowVRAMAttention().patch(model, head_chunks)
-                patched, _ffn_report = lowvram.H3KitChunkFeedForward().patch(patched, chunks, 4096)
-            inputs = (x, t_emb, segments, rope)
-            seconds, peak, out = timed(lambda p=patched, i=inputs: p.run(i[0].clone(), *i[1:]), device, reps, warmup)
-            row = {"block": "H3", "dtype": str(dtype).replace("torch.", ""), "weights": quant, "tokens": tokens, "variant": name, "ms": round(seconds * 1e3, 2),
-                   "peak_gib": round(peak / 2**30, 3)}
-            if reference is None:
-                reference = (out, seconds, peak)
-            else:
-                row["time_ratio"] = round(seconds / reference[1], 3)
-                row["peak_ratio_host_over_this"] = round(reference[2] / max(1, peak), 2)
-                row["bitwise_equal"] = bool(torch.equal(out, reference[0]))
-                row["max_abs_diff"] = float((out.float() - reference[0].float()).abs().max())
-                row["ran"] = _ledgers(patched)
+                patched, _report = lowvram.H3KitLowVRAMAttention().patch(model, head_chunks)
+                patched, _report = lowvram.H3KitChunkFeedForward().patch(patched, chunks, 4096)
+            patched_models[name] = patched
+        runs = {name: (lambda p=p, i=inputs: p.run(i[0].clone(), *i[1:])) for name, p in patched_models.items()}
+        results = timed(runs, device, reps, warmup)
+        host_out, host_seconds, host_peak = results["host"][2], results["host"][0], results["host"][1]
+        for name, (seconds, peak, out) in results.items():
+            row = {"block": "H3", "dtype": str(dtype).replace("torch.", ""), "weights": quant, "tokens": tokens,
+                   "variant": name, "ms": round(seconds * 1e3, 2), "peak_gib": round(peak / 2**30, 3)}
+            if name != "host":
+                row.update(time_ratio=round(seconds / host_seconds, 3),
+                           peak_ratio_host_over_this=round(host_peak / max(1, peak), 2),
+                           bitwise_equal=bool(torch.equal(out, host_out)),
+                           max_abs_diff=float((out.float() - host_out.float()).abs().max()),
+                           ran=_ledgers(patched_models[name]))
             rows.append(row)
             print(json.dumps(row), flush=True)
-            del out, patched, inputs
-        del reference
+        del results, host_out, runs, patched_models
     return rows
 
 
@@ -133,21 +149,24 @@ def bench_ltx(lowvram, fakes, cfg, device, dtype, reps, warmup):
     x = torch.randn(1, tokens, cfg["dim"], device=device, dtype=dtype)
     pe = fakes.ltx_pe("new", 1, tokens, cfg["heads"], cfg["dim_head"], True, dtype)
     pe = (pe[0].to(device), pe[1])
-    rows, reference = [], None
-    for name, head_chunks in (("host", None), ("auto", 0), ("fixed 4", 4)):
-        patched = model if head_chunks is None else lowvram.H3KitLowVRAMAttention().patch(model, head_chunks)[0]
+    patched_models = {name: model if head_chunks is None else lowvram.H3KitLowVRAMAttention().patch(model, head_chunks)[0]
+                      for name, head_chunks in (("host", None), ("auto", 0), ("fixed 4", 4))}
 
-        def run(p=patched):
+    def runner(p):
+        def run():
             with torch.no_grad(), p.patched():
                 return attn.forward(x, pe=pe, transformer_options={})
-        seconds, peak, out = timed(run, device, reps, warmup)
+        return run
+    results = timed({name: runner(p) for name, p in patched_models.items()}, device, reps, warmup)
+    rows = []
+    for name, (seconds, peak, out) in results.items():
         row = {"block": "LTX attn1", "weights": "plain", "tokens": tokens, "variant": name,
                "ms": round(seconds * 1e3, 2), "peak_gib": round(peak / 2**30, 3)}
-        if reference is None:
-            reference = (out, seconds, peak)
-        else:
-            row.update(time_ratio=round(seconds / reference[1], 3), bitwise_equal=bool(torch.equal(out, reference[0])),
-                       peak_ratio_host_over_this=round(reference[2] / max(1, peak), 2), ran=_ledgers(patched))
+        if name != "host":
+            row.update(time_ratio=round(seconds / results["host"][0], 3),
+                       bitwise_equal=bool(torch.equal(out, results["host"][2])),
+                       peak_ratio_host_over_this=round(results["host"][1] / max(1, peak), 2),
+                       ran=_ledgers(patched_models[name]))
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -189,6 +208,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"], help="activation/weight dtype")
     parser.add_argument("--tokens", help="comma list of H3 token counts (default: 10000,37000,108000)")
     parser.add_argument("--no-ltx", action="store_true", help="skip the LTX attention rows")
+    parser.add_argument("--variants", default="auto,16/8", help="comma list: auto, or head_chunks/ffn_chunks (host always)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write environment + rows here")
@@ -206,7 +226,7 @@ def main() -> int:
         h3["tokens"] = [int(t) for t in args.tokens.split(",")]
     for quant in args.weights.split(","):
         try:
-            rows += bench_h3(lowvram, fakes, h3, device, dtype, quant, args.reps, args.warmup)
+            rows += bench_h3(lowvram, fakes, h3, device, dtype, quant, args.reps, args.warmup, args.variants)
         except Exception as exc:  # noqa: BLE001 - a format the kitchen cannot run here is a result, reported
             rows.append({"block": "H3", "weights": quant, "error": f"{type(exc).__name__}: {exc}"[:400]})
             print(json.dumps(rows[-1]), flush=True)
