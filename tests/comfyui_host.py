@@ -130,7 +130,7 @@ class ComfyUIServer:
 def comfyui_dir_or_reason() -> tuple[Path | None, str]:
     raw = os.environ.get("COMFYUI_DIR")
     if not raw:
-        return None, "COMFYUI_DIR is not set: tier (b) needs a ComfyUI checkout (see README, 'Tests against a real ComfyUI')"
+        return None, "COMFYUI_DIR is not set: tier (b) needs a ComfyUI checkout (see README, section 'Tests')"
     path = Path(raw).expanduser().resolve()
     if not (path / "main.py").is_file():
         return None, f"COMFYUI_DIR={raw} has no main.py: point it at a ComfyUI checkout"
