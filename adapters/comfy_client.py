@@ -16,7 +16,6 @@ anything else the server did wrong 1.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import urllib.parse
@@ -27,6 +26,7 @@ from typing import Any
 
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_UNREACHABLE
 from ..checks.problem import printable
+from . import bounded_json
 from .files import write_new
 
 CONNECT_TIMEOUT_S = 10.0
@@ -242,18 +242,19 @@ class ComfyClient:
 
     @staticmethod
     def _parse(raw: bytes, what: str) -> Any:
+        """The body as JSON within the pack's JSON bounds (nesting, digits, UTF-8: adapters/bounded_json.py)."""
         if not raw:
             return None
         try:
-            return json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise BadResponse(f"{what} is not valid JSON ({printable(exc, 120)})") from exc
+            return bounded_json.loads(raw, what)
+        except bounded_json.JSONLimitError as exc:
+            raise BadResponse(printable(exc, 300)) from exc
 
     @staticmethod
     def _error_body(raw: bytes) -> Any:
         try:
-            return json.loads(raw) if raw else None
-        except (ValueError, RecursionError):
+            return bounded_json.loads(raw, "the error body") if raw else None
+        except bounded_json.JSONLimitError:
             return raw.decode("utf-8", errors="replace")
 
     # -- API
@@ -341,9 +342,9 @@ class EventSocket:
         if opcode != websocket.ABNF.OPCODE_TEXT:
             return None
         try:
-            event = json.loads(data)
-        except (ValueError, RecursionError):
-            return None
+            event = bounded_json.loads(data, "a websocket event")
+        except bounded_json.JSONLimitError:
+            return None  # a malformed event carries nothing we need: /history is polled anyway
         return event if isinstance(event, dict) else None
 
     def close(self) -> None:
