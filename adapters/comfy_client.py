@@ -322,7 +322,9 @@ class EventSocket:
         try:
             self.ws = websocket.create_connection(url, timeout=connect_timeout, enable_multithread=False)
         except (OSError, websocket.WebSocketException) as exc:
-            raise Unreachable(f"websocket {url}: {printable(exc, 200)}") from exc
+            status = getattr(exc, "status_code", None)
+            reason = f"the handshake answered HTTP {status}" if status else printable(exc, 200)
+            raise Unreachable(f"websocket {url.split('?')[0]}: {reason}") from exc
         _cap_frames(self.ws, cap)
 
     def recv_event(self, wait_s: float) -> dict | None:

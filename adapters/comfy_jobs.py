@@ -119,6 +119,12 @@ class ProgressBar(Listener):
         else:
             self.bar.write(printable(f"{self.label}{text}"))
 
+    def finished(self, success: bool) -> None:
+        """Fill the bar when the job succeeded (nodes we never heard about ran or came from the cache)."""
+        if success:
+            self.bar.update(self.bar.total - self.bar.n)
+        self.bar.set_postfix_str("done" if success else "stopped", refresh=True)
+
     def close(self) -> None:
         self.bar.close()
 

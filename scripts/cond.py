@@ -237,9 +237,10 @@ def run_build(args: argparse.Namespace) -> int:
         bar = jobs.ProgressBar(graph, "cond build", 0, args.quiet, _say)
         try:
             prompt_id = jobs.submit(client, graph, client_id, lambda t: _say("", f"WARN  {t}"), strict=True)
-            _say("", f"queued prompt {prompt_id} on {client.server}: CLIPLoader({args.clip}) -> CLIPTextEncode -> "
-                 f"{SAVE_NODE}")
+            bar.note(f"queued prompt {prompt_id} on {client.server}: CLIPLoader({args.clip}) -> CLIPTextEncode -> "
+                     f"{SAVE_NODE}")
             outcome = jobs.wait_for_prompt(client, prompt_id, bar, deadline, ws)
+            bar.finished(outcome.state == "success")
         finally:
             bar.close()
     return _build_result(outcome, prompt_id, args.timeout)

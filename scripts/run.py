@@ -102,8 +102,9 @@ def run_job(job: Job, args: argparse.Namespace) -> int:
         progress = jobs.ProgressBar(job.graph, job.label, job.position, args.quiet, say)
         try:
             prompt_id = jobs.submit(client, job.graph, client_id, lambda text: say(job.label, f"WARN  {text}"))
-            say(job.label, f"queued prompt {prompt_id} on {job.server}")
+            progress.note(f"queued prompt {prompt_id} on {job.server}")
             outcome = jobs.wait_for_prompt(client, prompt_id, progress, deadline, ws)
+            progress.finished(outcome.state == "success")
         finally:
             progress.close()
             if ws is not None:
