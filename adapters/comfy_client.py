@@ -31,8 +31,8 @@ from .files import write_new
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
-MAX_JSON_BYTES = 64 * 1024 * 1024  # /history, /queue, /prompt answers; /object_info gets its own cap
-MAX_OBJECT_INFO_BYTES = 256 * 1024 * 1024  # a host with many node packs answers tens of MB
+MAX_JSON_BYTES = 32 * 1024 * 1024  # /history, /queue, /prompt answers (one prompt's entry is kilobytes)
+MAX_OBJECT_INFO_BYTES = 96 * 1024 * 1024  # a host with many node packs answers 5-30 MB
 MAX_DOWNLOAD_BYTES = 16 * 1024**3  # one output file; run --max-download overrides
 MAX_WS_MESSAGE_BYTES = 8 * 1024 * 1024  # progress/status events are small; previews are binary and skipped
 MAX_REDIRECTS = 5
