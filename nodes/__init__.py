@@ -11,6 +11,7 @@ import importlib.util
 import logging
 from collections import defaultdict
 
+from ..adapters.host import guard_input_types
 from .common import LOG
 
 # One entry per capability module in this folder; add yours here.
@@ -41,7 +42,7 @@ def collect_nodes() -> dict[str, type]:
                 for pkg in missing:
                     disabled[pkg].append(node_cls.__name__)
                 continue
-            nodes[node_cls.__name__] = node_cls
+            nodes[node_cls.__name__] = guard_input_types(node_cls)  # a host quirk never hides the node
     for pkg, node_ids in disabled.items():
         LOG.log(
             logging.WARNING,

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..adapters.host import host_loaded, host_module
+from ..adapters.host import host_choices, host_loaded, host_module
 from ..kernels import frames as fk
 from . import pipeline_math as pm
 from .common import H3KitInputError, Report, category
@@ -281,7 +281,7 @@ class H3KitRefineSetup:
                 "manual_sigmas": ("STRING", {"default": "0.78, 0.643, 0.546, 0", "multiline": False, "tooltip":
                                   "Used only with schedule 'manual': comma-separated, finite, in [0, 1], strictly "
                                   "descending, ending at 0."}),
-                "sampler": (available_samplers(), {"default": "euler", "tooltip":
+                "sampler": (host_choices(cls.__name__, "sampler", available_samplers), {"default": "euler", "tooltip":
                             "Sampler for the refine steps (euler: what the schedules were measured with)."}),
                 "allow_repaint": ("BOOLEAN", {"default": False, "tooltip":
                                   "Allow a first sigma above 0.8. Off: refused, because at 0.85+ the refine repaints "
