@@ -118,7 +118,7 @@ class ComfyUIServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.base_dir / "server.log"
         self.process: subprocess.Popen | None = None
-        self._object_info: dict | None = None
+        self._object_info: dict | None = None  # for capabilities only
 
     def start(self) -> None:
         for sub in ("custom_nodes", "input", "output", "temp", "user", "models"):
@@ -169,14 +169,14 @@ class ComfyUIServer:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"null")
 
-    def object_info(self, refresh: bool = False) -> dict:
-        """The served node schemas (cached; `refresh` re-reads, e.g. after adding model files)."""
-        if refresh or self._object_info is None:
-            self._object_info = self.get("/object_info", timeout=120)
-        return self._object_info
+    def object_info(self) -> dict:
+        """The served node schemas, read now (file combos change as tests add files)."""
+        return self.get("/object_info", timeout=120)
 
     def has(self, capability: str) -> bool:
-        info = self.object_info()
+        if self._object_info is None:  # node classes and input layouts do not change while the server runs
+            self._object_info = self.object_info()
+        info = self._object_info
         if capability in _NODES_OF:
             return all(node in info for node in _NODES_OF[capability])
         if capability in (V3_SAVEVIDEO, FLAT_SAVEVIDEO):
@@ -191,23 +191,84 @@ class ComfyUIServer:
         if missing:
             pytest.skip(f"{self.host.name} lacks {', '.join(missing)}")
 
-    def submit(self, graph: dict) -> tuple[int, dict]:
-        return self.post("/prompt", {"prompt": graph, "client_id": uuid.uuid4().hex})
+    def submit(self, graph: dict, client_id: str | None = None) -> tuple[int, dict]:
+        return self.post("/prompt", {"prompt": graph, "client_id": client_id or uuid.uuid4().hex})
 
     def run_graph(self, graph: dict, timeout: float = 300) -> dict:
-        """Queue `graph`, wait until its history entry completes, return that entry."""
-        status, body = self.submit(graph)
-        if status != 200:
-            raise AssertionError(f"/prompt rejected the graph ({status}): {json.dumps(body, indent=1)[:3000]}")
-        prompt_id = body["prompt_id"]
-        deadline = time.monotonic() + timeout
+        """Queue `graph`, wait until its history entry completes, return that entry.
+
+        The structured execution errors (node_id, node_type, exception_message) are taken from the /ws events
+        of this prompt and stored under entry["ws_errors"]: hosts keep different amounts of them in /history
+        (Comfy-Org: [event, body] pairs; the installable fork: "event: message" strings only)."""
+        import websocket  # test extra; imported here so hosts-free runs never need it
+
+        client_id = uuid.uuid4().hex
+        ws = websocket.create_connection(f"ws://127.0.0.1:{self.port}/ws?clientId={client_id}", timeout=30)
+        try:
+            status, body = self.submit(graph, client_id)
+            if status != 200:
+                raise AssertionError(f"/prompt rejected the graph ({status}): {json.dumps(body, indent=1)[:3000]}")
+            prompt_id = body["prompt_id"]
+            deadline = time.monotonic() + timeout
+            ws_errors = self._wait_for_prompt_events(ws, prompt_id, deadline)
+        finally:
+            ws.close()
         while time.monotonic() < deadline:
             entry = self.get(f"/history/{prompt_id}").get(prompt_id)
-            if entry and entry.get("status", {}).get("completed") is not None:
-                if entry["status"].get("status_str") in ("success", "error"):
-                    return entry
+            if entry and entry.get("status", {}).get("status_str") in ("success", "error"):
+                entry["ws_errors"] = ws_errors
+                return entry
             time.sleep(0.3)
         raise AssertionError(f"prompt {prompt_id} did not finish within {timeout} s:\n{self.log()[-3000:]}")
 
+    @staticmethod
+    def _wait_for_prompt_events(ws, prompt_id: str, deadline: float) -> list[dict]:
+        """Read /ws until the prompt ends (success, error, or interruption); return its execution_error bodies."""
+        errors: list[dict] = []
+        while time.monotonic() < deadline:
+            ws.settimeout(max(0.1, deadline - time.monotonic()))
+            raw = ws.recv()
+            if not isinstance(raw, str):  # binary previews
+                continue
+            message = json.loads(raw)
+            data = message.get("data") or {}
+            if data.get("prompt_id") != prompt_id:
+                continue
+            kind = message.get("type")
+            if kind == "execution_error":
+                errors.append(data)
+            if kind in ("execution_success", "execution_error", "execution_interrupted") or (
+                    kind == "executing" and data.get("node") is None):
+                break
+        return errors
+
     def output_path(self, file_info: dict) -> Path:
         return self.base_dir / file_info.get("type", "output") / file_info.get("subfolder", "") / file_info["filename"]
+
+
+def execution_errors(entry: dict) -> list[dict]:
+    """The execution_error bodies of a finished prompt ({node_id, node_type, exception_message, ...})."""
+    if entry.get("ws_errors"):
+        return entry["ws_errors"]
+    found = []
+    for message in entry.get("status", {}).get("messages", []):
+        if isinstance(message, (list, tuple)) and len(message) == 2 and message[0] == "execution_error":
+            found.append(message[1])
+        elif isinstance(message, str) and message.startswith("execution_error"):
+            found.append({"exception_message": message.partition(": ")[2]})
+    return found
+
+
+def execution_error(entry: dict) -> dict:
+    """The first execution_error of a prompt that must have failed."""
+    errors = execution_errors(entry)
+    assert errors, entry.get("status")
+    return errors[0]
+
+
+def combo_options(spec: list) -> list:
+    """The options of a served combo input: classic [[...], opts] or V3 ["COMBO", {"options": [...]}]."""
+    if isinstance(spec[0], list):
+        return spec[0]
+    assert spec[0] == "COMBO" and len(spec) > 1, spec
+    return spec[1].get("options", [])
