@@ -27,7 +27,6 @@ QUANT_BLOCK_Q = 128  # sageattention 1.0.6 per_block_int8 BLKQ: one q scale per 
 QUANT_BLOCK_K = 64  # per_block_int8 BLKK: one k scale per 64 key rows
 SUPPORTED_HEAD_DIMS = (64, 96, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-TURING_SHARED_MEMORY_LIMIT = 65_536
 
 # kernel module / quant function for each head_dim; h96 pads the head to 128 lanes internally.
 KERNEL_MODULES = {64: "attn_qk_int8_per_block", 96: "attn_qk_int8_per_block_h96", 128: "attn_qk_int8_per_block"}
@@ -153,56 +152,3 @@ def sage_attention_hnd(
     )
     return out if out.dtype == out_dtype else out.to(out_dtype)
 
-
-# --------------------------------------------------------------------------- compile-only checks (F07)
-
-CAUSAL_KERNEL_MODULES = {64: "attn_qk_int8_per_block_causal", 96: "attn_qk_int8_per_block_h96_causal",
-                         128: "attn_qk_int8_per_block_causal"}
-_TRITON_DTYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32"}
-_POINTER_TYPES = {"Q": "*i8", "K": "*i8", "V": "*fp16", "Q_scale": "*fp32", "K_scale": "*fp32"}
-
-
-def compiled_shared_memory(head_dim: int, config: LaunchConfig, out_dtype: torch.dtype,
-                           capability: tuple[int, int] = (7, 5), causal: bool = False) -> int:
-    """Bytes of shared memory Triton allocates for the kernel compiled for `capability` (no GPU needed).
-
-    Pointers and strides are marked 16-divisible, as Triton specialises them for contiguous tensors
-    at launch; lengths are left unspecialised (any sequence length).
-    """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    module = (CAUSAL_KERNEL_MODULES if causal else KERNEL_MODULES)[head_dim]
-    fn = _package_attr(module, "_attn_fwd")
-    kernel_out = torch.float16 if config.fp16_output else out_dtype
-    constants = {"HEAD_DIM": head_dim, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
-                 "STAGE": 3 if causal else 1, "H": 8, "num_kv_groups": 1}
-    signature: dict[str, str] = {}
-    specialise: list[int] = []
-    for index, param in enumerate(fn.params):
-        name = param.name
-        if param.is_constexpr:
-            signature[name] = "constexpr"
-            continue
-        signature[name] = "*" + _TRITON_DTYPES[kernel_out][1:] if name == "Out" else _POINTER_TYPES.get(name, "i32")
-        if name in _POINTER_TYPES or name == "Out" or name.startswith("stride_"):
-            specialise.append(index)
-    used = {name: value for name, value in constants.items() if signature.get(name) == "constexpr"}
-    source = _ast_source(ASTSource, fn, signature, used, specialise)
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32),
-                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
-    return int(compiled.metadata.shared)
-
-
-def _ast_source(ast_source: Any, fn: Any, signature: dict[str, str], constants: dict[str, int],
-                specialise: list[int]) -> Any:
-    """Triton 3.2 takes constants by name and an AttrsDescriptor; 3.3+ take (index,) keys and attr lists."""
-    import triton.backends.compiler as backend_compiler
-
-    if hasattr(backend_compiler, "AttrsDescriptor"):
-        attrs = backend_compiler.AttrsDescriptor.from_hints({index: 16 for index in specialise})
-        return ast_source(fn, signature, constants, attrs)
-    by_index = {(fn.arg_names.index(name),): value for name, value in constants.items()}
-    attrs = {(index,): [["tt.divisibility", 16]] for index in specialise}
-    return ast_source(fn, signature, by_index, attrs)

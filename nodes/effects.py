@@ -4,7 +4,8 @@ H3KitEffectPrompt   prompt text -> prompt with `embedding:<name>` markers placed
                     token, F15), after checking every effect file: it exists in an embeddings folder, holds one
                     2-D [N, 5120] tensor (the Qwen3-VL-32B token width) and is not truncated.
 H3KitEffectSplice   CLIP + prompt + effect -> CONDITIONING with the N rows spliced into the token list at the chosen
-                    position, verified by counting tokens and checking the encoder's output width.
+                    position, verified against what others produced: the encoder's output positions and width,
+                    and the encoder's own tokenizer loading the same rows for `embedding:<name>`.
 
 Why: ComfyUI drops a missing or wrong-width embedding with a log line only, and a marker at the very start of an
 H3 prompt has no visible effect (field-notes §D, host-api.md §4). The output still changes (literal text tokens),
@@ -27,17 +28,19 @@ from typing import Any
 import torch
 
 from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module, parse_version
-from ..adapters.safetensors_file import read_safetensors_header
-from .common import H3KitInputError, Report, category
+from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
+from ..checks import facts
+from .common import H3KitInputError, Report, category, log_once
 
 CATEGORY = category("Effects")
-H3_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
+H3_WIDTH = facts.H3_EMBEDDING_WIDTH
 H3_EMBED_KEY = "qwen3vl_32b"  # the tensor name the H3 tokenizer prefers inside an embedding file
 ENV_DIR = "H3KIT_EMBEDDINGS_DIR"
 MARKER = "embedding:"
 NONE = "none"
 EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
-MIN_COMFYUI = (0, 34, 0)  # field-notes §A6: effect embeddings need ComfyUI >= 0.34.0 (native H3 encoder)
+MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
+MAX_WALK_DEPTH = 32
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
 SHOT_TAG = re.compile(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
@@ -50,7 +53,7 @@ FLOAT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
 
 # Token widths of ComfyUI text encoders (embedding_size in comfy/text_encoders/*.py, v0.3.64 and NEW).
 KNOWN_WIDTHS = {
-    5120: "Qwen3-VL-32B (MiniMax-H3)",
+    facts.H3_EMBEDDING_WIDTH: "Qwen3-VL-32B (MiniMax-H3)",
     4096: "T5-XXL / UMT5-XXL / Llama (Flux, SD3, Wan, LTX-Video 0.9, HunyuanVideo)",
     3840: "Gemma-3-12B (LTX-2.x text encoder)",
     3584: "Qwen2.5-VL-7B (Qwen-Image)",
@@ -82,30 +85,73 @@ def embedding_dirs() -> list[Path]:
     return [Path(p) for p in raw.split(os.pathsep) if p]
 
 
-def _walk_files(root: Path) -> list[str]:
-    """Relative POSIX names of embedding files under `root` (following links, each real folder once)."""
-    found: list[str] = []
+@dataclass
+class FolderWalk:
+    folders: list[str]  # absolute paths of the folders visited (each real folder once)
+    files: list[str]  # embedding files, relative POSIX names
+    stopped: str = ""  # why the walk stopped early, or ""
+
+
+def walk_embeddings(root: Path) -> FolderWalk:
+    """Every folder and embedding file under `root`, in os.walk's order, following links as ComfyUI does but
+    visiting each real folder once (a link loop ends there) and at most MAX_WALK_FOLDERS folders,
+    MAX_WALK_DEPTH deep: a huge or looping tree costs bounded time, and the cut is reported, never hidden."""
+    walk = FolderWalk([], [])
     seen: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        real = os.path.realpath(dirpath)
-        if real in seen:  # a link loop would otherwise walk forever
-            dirnames[:] = []
+    stack = [(str(root), "", 0)]
+    while stack:
+        folder, rel, depth = stack.pop()
+        real = os.path.realpath(folder)
+        if real in seen:
             continue
+        if len(walk.folders) >= MAX_WALK_FOLDERS:
+            walk.stopped = f"stopped after {MAX_WALK_FOLDERS} folders under {root}"
+            break
         seen.add(real)
-        dirnames.sort()
-        rel_dir = Path(dirpath).relative_to(root)
-        for name in sorted(filenames):
-            if name.lower().endswith(EXTENSIONS):
-                found.append((rel_dir / name).as_posix())
-    return found
+        walk.folders.append(folder)
+        subfolders = []
+        for entry in _entries(folder):
+            if _is_folder(entry):
+                subfolders.append((entry.path, f"{rel}{entry.name}/", depth + 1))
+            elif entry.name.lower().endswith(EXTENSIONS):
+                walk.files.append(rel + entry.name)
+        if subfolders and depth >= MAX_WALK_DEPTH:
+            walk.stopped = f"did not enter folders more than {MAX_WALK_DEPTH} levels below {root}"
+            continue
+        stack.extend(reversed(subfolders))
+    return walk
+
+
+def _entries(folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=lambda entry: entry.name)
+    except OSError as exc:
+        log_once(f"effects-scan:{folder}", f"H3Kit effects: cannot list {folder} ({exc.strerror or exc}); skipped")
+        return []
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows links; a dangling or self-referencing link is no folder
+    except OSError:
+        return False
+
+
+def _walks(dirs: list[Path]) -> list[FolderWalk]:
+    walks = [walk_embeddings(root) for root in dirs if root.is_dir()]
+    for walk in walks:
+        if walk.stopped:
+            log_once(f"effects-walk:{walk.stopped}", f"H3Kit effects: {walk.stopped}; files further down are not "
+                     "listed (move effect files nearer the top of models/embeddings)")
+    return walks
 
 
 def list_effect_files() -> list[str]:
     """Names for the effect combo. Reads directory entries only: no file is opened at startup."""
     names: list[str] = []
-    for root in embedding_dirs():
-        if root.is_dir():
-            names.extend(n for n in _walk_files(root) if n not in names)
+    for walk in _walks(embedding_dirs()):
+        names.extend(n for n in walk.files if n not in names)
     return names
 
 
@@ -167,32 +213,21 @@ def _pick_tensor(names: list[str]) -> str | None:
 
 def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
     try:
-        header, data_start = read_safetensors_header(path)
-        data_bytes = path.stat().st_size - data_start
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        header = read_header(path)  # the safetensors library's rules: a truncated or overlapping file is refused
+    except (OSError, SafetensorsHeaderError) as exc:
         raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
                               "download the effect file again") from exc
-    tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
-    chosen = _pick_tensor(sorted(tensors))
+    chosen = _pick_tensor(sorted(header.tensors))
     if chosen is None:
+        names = sorted(header.tensors)
         raise H3KitInputError(node, input_name, name,
-                              f"holds {len(tensors)} tensors ({', '.join(sorted(tensors)[:6]) or 'none'}) and none is named '{H3_EMBED_KEY}'",
+                              f"holds {len(names)} tensors ({', '.join(names[:6]) or 'none'}) and none is named '{H3_EMBED_KEY}'",
                               f"use an effect file with one tensor, or name the effect tensor '{H3_EMBED_KEY}'")
-    entry = tensors[chosen]
-    shape, dtype = list(entry.get("shape", [])), str(entry.get("dtype", "?"))
-    begin, end = (entry.get("data_offsets") or [0, 0])[:2]
-    if end > data_bytes:
-        raise H3KitInputError(node, input_name, name,
-                              f"file is truncated: tensor '{chosen}' ends at byte {end} of the data section, which has {data_bytes}",
-                              "download the effect file again (the copy is incomplete)")
-    if dtype not in FLOAT_DTYPES:
-        raise H3KitInputError(node, input_name, name, f"tensor '{chosen}' has dtype {dtype}, not a float type",
+    entry = header.tensors[chosen]
+    if entry.dtype not in FLOAT_DTYPES:
+        raise H3KitInputError(node, input_name, name, f"tensor '{chosen}' has dtype {entry.dtype}, not a float type",
                               "use an effect file with F16, BF16 or F32 rows")
-    if end - begin != math.prod(shape) * FLOAT_DTYPES[dtype]:
-        raise H3KitInputError(node, input_name, name,
-                              f"tensor '{chosen}' declares shape {shape} but stores {end - begin} bytes",
-                              "download the effect file again")
-    return _checked(node, input_name, name, path, shape, dtype, chosen)
+    return _checked(node, input_name, name, path, list(entry.shape), entry.dtype, chosen)
 
 
 def _legacy_tensor(node: str, input_name: str, name: str, path: Path) -> torch.Tensor:
@@ -261,12 +296,10 @@ def _comfy_candidates(marker_name: str, dirs: list[Path]) -> set[str]:
     """Every file ComfyUI's load_embed could pick for `embedding:<marker_name>`: it searches each folder and
     all its subfolders (in no fixed order), trying the name as given, then + .safetensors/.pt/.bin."""
     found: set[str] = set()
-    for root in dirs:
-        if not root.is_dir():
-            continue
-        for dirpath, _, _ in os.walk(root, followlinks=True):
-            base = os.path.join(dirpath, marker_name)
-            if not _inside(dirpath, base):
+    for walk in _walks(dirs):
+        for folder in walk.folders:
+            base = os.path.join(folder, marker_name)
+            if not _inside(folder, base):
                 continue
             for candidate in (base, *(base + ext for ext in EXTENSIONS)):
                 if os.path.isfile(candidate):
@@ -365,8 +398,9 @@ def _selected_effects(effects: list[str]) -> list[str]:
 
 def _version_note(report: Report) -> None:
     version = comfyui_version()
-    if version and parse_version(version) < MIN_COMFYUI:
-        report.warn(f"ComfyUI {version} has no native MiniMax-H3 text encoder; effect embeddings need ComfyUI >= 0.34.0")
+    if version and parse_version(version) < facts.MIN_COMFYUI:
+        report.warn(f"ComfyUI {version} has no native MiniMax-H3 text encoder; effect embeddings need ComfyUI >= "
+                    f"{facts.version_text(facts.MIN_COMFYUI)}")
 
 
 def _file_signature(effects: list[str]) -> str:
@@ -482,9 +516,6 @@ class TokenStream:
     key: str
     entries: list[tuple]
 
-    def embedding_rows(self, width: int) -> int:
-        return sum(1 for e in self.entries if torch.is_tensor(e[0]) and e[0].dim() == 1 and e[0].shape[0] == width)
-
 
 def _contract_error(node: str, found: str) -> H3KitInputError:
     return H3KitInputError(
@@ -568,9 +599,10 @@ class H3KitEffectSplice:
     CATEGORY = CATEGORY
     DESCRIPTION = (
         "Encodes the prompt with the connected MiniMax-H3 text encoder and splices an effect's N rows into the token "
-        "list at the chosen position (never position 0), then proves it: the token list must grow by exactly N "
-        "entries 5120 wide and the conditioning must be 5120 wide. Use the CONDITIONING as t2va positive "
-        "(with EmptyMiniMaxH3LatentAV)."
+        "list at the chosen position (never position 0), then proves it without trusting its own list: the encoder "
+        "must return one 5120-wide position per prompt token plus the N rows of the file's header, and the "
+        "encoder's own tokenizer, given embedding:<name>, must load the same N rows. Use the CONDITIONING as t2va "
+        "positive (with EmptyMiniMaxH3LatentAV)."
     )
     FUNCTION = "execute"
     RETURN_TYPES = ("CONDITIONING", "STRING")
@@ -624,7 +656,7 @@ class H3KitEffectSplice:
         if index < 1:
             raise H3KitInputError(node, "prompt", prompt, "no token precedes the chosen position", FIX_F15)
         spliced = base.entries[:index] + [(row, 1.0) for row in rows] + base.entries[index:]
-        self._verify_growth(node, base, spliced, info.rows)
+        report.set(host_rows=self._host_rows_agree(node, clip, base.key, info, rows, strength, report))
 
         cond = clip.encode_from_tokens_scheduled({base.key: [spliced]})
         shape = conditioning_shape(node, cond)
@@ -632,25 +664,42 @@ class H3KitEffectSplice:
             raise H3KitInputError(node, "clip", base.key,
                                   f"the encoder returned {shape[-1]}-wide conditioning ({width_hint(shape[-1])}); "
                                   f"the {info.rows} effect rows were not applied", "connect the MiniMax-H3 text encoder")
-        if len(shape) != 3 or shape[1] != len(spliced):
+        # The proof counts what others produced: the encoder's positions against the tokenizer's count of the plain
+        # prompt plus the row count in the file's header - never the length of the list spliced above.
+        expected = len(base.entries) + info.rows
+        if len(shape) != 3 or shape[1] != expected:
             raise H3KitInputError(node, "clip", base.key,
                                   f"the encoder returned conditioning {list(shape)} for {len(base.entries)} prompt tokens + "
-                                  f"{info.rows} effect rows = {len(spliced)} positions, so the splice cannot be verified",
+                                  f"{info.rows} effect rows = {expected} positions, so the splice cannot be verified",
                                   "connect the MiniMax-H3 text encoder (one conditioning position per token)")
         report.set(effect=info.summary(), rows_spliced=info.rows, encoder=base.key, declared_width=declared,
                    insert_at_char=cut, insert_at_token=index, tokens_before=len(base.entries),
-                   tokens_after=len(spliced), conditioning_shape=list(shape))
+                   tokens_after=shape[1], conditioning_shape=list(shape))
         return cond, report.json()
 
     @staticmethod
-    def _verify_growth(node: str, base: TokenStream, spliced: list[tuple], rows: int) -> None:
-        """The check nobody had: the sequence grew by exactly N entries, each a 5120-wide embedding row."""
-        grown = len(spliced) - len(base.entries)
-        added = TokenStream(base.key, spliced).embedding_rows(H3_WIDTH) - base.embedding_rows(H3_WIDTH)
-        if grown != rows or added != rows:
-            raise H3KitInputError(node, "effect", rows,
-                                  f"the token list grew by {grown} entries ({added} of width {H3_WIDTH}) instead of {rows}",
-                                  "report this with the effect file; nothing was encoded")
+    def _host_rows_agree(node: str, clip: Any, key: str, info: EffectInfo, rows: torch.Tensor, strength: float,
+                         report: Report) -> str:
+        """Cross-check with an encoding we did not build: the encoder's own tokenizer resolving `embedding:<name>`
+        (ComfyUI's load_embed) must yield the same N rows we read. Where it cannot resolve the marker (the file
+        is only in H3KIT_EMBEDDINGS_DIR, or the name cannot be a marker) the skip is a visible fallback."""
+        try:
+            marker = marker_for(node, "effect", info)
+        except H3KitInputError as exc:
+            report.fallback("host_rows", f"rows not cross-checked with the encoder's tokenizer: {exc.problem}")
+            return "not checked"
+        host = [e[0] for e in token_stream(node, clip, f"effect {marker}").entries if torch.is_tensor(e[0])]
+        if not host:
+            report.fallback("host_rows", f"rows not cross-checked: the encoder's tokenizer does not resolve {marker} "
+                                         "(its embeddings folders differ from the ones listed here)")
+            return "not checked"
+        host_rows = torch.stack([row.detach().to(torch.float32).reshape(-1) for row in host]) * strength
+        if host_rows.shape != rows.shape or not torch.allclose(host_rows, rows, rtol=1e-3, atol=1e-5):
+            raise H3KitInputError(node, "effect", info.name,
+                                  f"the encoder's tokenizer loads {marker} as {list(host_rows.shape)} rows that differ from "
+                                  f"the {[info.rows, info.width]} rows read from the file (another file or tensor of that name)",
+                                  "keep one embedding of that name, holding the rows alone or under 'qwen3vl_32b'")
+        return f"{len(host)} rows equal to the encoder tokenizer's {marker}"
 
 
 NODES = [H3KitEffectPrompt, H3KitEffectSplice]

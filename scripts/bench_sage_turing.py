@@ -14,28 +14,81 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import sys
 import time
+from typing import Any
 
 import torch
 
 from ..kernels import sage_turing as st
 
-LIMIT = st.TURING_SHARED_MEMORY_LIMIT
+LIMIT = 65_536  # shared memory per block on sm_75 (Turing)
+
+CAUSAL_KERNEL_MODULES = {64: "attn_qk_int8_per_block_causal", 96: "attn_qk_int8_per_block_h96_causal",
+                         128: "attn_qk_int8_per_block_causal"}
+_TRITON_DTYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32"}
+_POINTER_TYPES = {"Q": "*i8", "K": "*i8", "V": "*fp16", "Q_scale": "*fp32", "K_scale": "*fp32"}
+
+
+def compiled_shared_memory(head_dim: int, config: st.LaunchConfig, out_dtype: torch.dtype,
+                           capability: tuple[int, int] = (7, 5), causal: bool = False) -> int:
+    """Bytes of shared memory Triton allocates for the kernel compiled for `capability` (no GPU needed).
+
+    Pointers and strides are marked 16-divisible, as Triton specialises them for contiguous tensors
+    at launch; lengths are left unspecialised (any sequence length).
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    module = (CAUSAL_KERNEL_MODULES if causal else st.KERNEL_MODULES)[head_dim]
+    fn = importlib.import_module(f"sageattention.{module}")._attn_fwd
+    kernel_out = torch.float16 if config.fp16_output else out_dtype
+    constants = {"HEAD_DIM": head_dim, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
+                 "STAGE": 3 if causal else 1, "H": 8, "num_kv_groups": 1}
+    signature: dict[str, str] = {}
+    specialise: list[int] = []
+    for index, param in enumerate(fn.params):
+        name = param.name
+        if param.is_constexpr:
+            signature[name] = "constexpr"
+            continue
+        signature[name] = "*" + _TRITON_DTYPES[kernel_out][1:] if name == "Out" else _POINTER_TYPES.get(name, "i32")
+        if name in _POINTER_TYPES or name == "Out" or name.startswith("stride_"):
+            specialise.append(index)
+    used = {name: value for name, value in constants.items() if signature.get(name) == "constexpr"}
+    source = _ast_source(ASTSource, fn, signature, used, specialise)
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32),
+                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    return int(compiled.metadata.shared)
+
+
+def _ast_source(ast_source: Any, fn: Any, signature: dict[str, str], constants: dict[str, int],
+                specialise: list[int]) -> Any:
+    """Triton 3.2 takes constants by name and an AttrsDescriptor; 3.3+ take (index,) keys and attr lists."""
+    import triton.backends.compiler as backend_compiler
+
+    if hasattr(backend_compiler, "AttrsDescriptor"):
+        attrs = backend_compiler.AttrsDescriptor.from_hints({index: 16 for index in specialise})
+        return ast_source(fn, signature, constants, attrs)
+    by_index = {(fn.arg_names.index(name),): value for name, value in constants.items()}
+    attrs = {(index,): [["tt.divisibility", 16]] for index in specialise}
+    return ast_source(fn, signature, by_index, attrs)
 
 
 def smem_rows(target: tuple[int, int]) -> list[tuple[str, int, str, str]]:
     rows = []
     for causal in (False, True):
         for head_dim in st.SUPPORTED_HEAD_DIMS:
-            kernel = (st.CAUSAL_KERNEL_MODULES if causal else st.KERNEL_MODULES)[head_dim]
+            kernel = (CAUSAL_KERNEL_MODULES if causal else st.KERNEL_MODULES)[head_dim]
             default = st.package_default_config(head_dim, torch.float32)
             variants = (("package default, fp32 caller", default),
                         ("package default + num_stages=1 only", dataclasses.replace(default, num_stages=1)),
                         ("turing-safe (num_stages=1, fp16 tile)", st.turing_safe_config(head_dim)))
             for label, config in variants:
                 try:
-                    shared = st.compiled_shared_memory(head_dim, config, torch.float32, target, causal)
+                    shared = compiled_shared_memory(head_dim, config, torch.float32, target, causal)
                     shown = f"{shared:,}"
                     fits = "yes" if shared <= LIMIT else "NO"
                 except Exception as exc:  # noqa: BLE001 - a compile failure is a result to print

@@ -16,17 +16,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from h3kit.adapters.comfy_client import ComfyClient, ComfyError
 
 PACK_ROOT = Path(__file__).resolve().parent.parent
 PACK_LINK_NAME = "H3Kit"
-START_TIMEOUT_S = 180
+START_TIMEOUT_S = 420  # the installable 0.12.1 host needs 2-3 min on 2 loaded cores
 LAUNCH_MAIN = "main"        # python main.py --base-directory ... (Comfy-Org layout)
 LAUNCH_CONSOLE = "console"  # python -m comfy.cmd.main (installable layout; its main.py ignores --base-directory)
 
@@ -137,7 +136,7 @@ class ComfyUIServer:
             try:
                 self.get("/system_stats", timeout=2)
                 return
-            except (urllib.error.URLError, OSError):
+            except ComfyError:
                 time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"ComfyUI did not answer within {START_TIMEOUT_S} s:\n{self.log()[-4000:]}")
@@ -154,24 +153,22 @@ class ComfyUIServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def client(self, timeout: float = 30) -> ComfyClient:
+        """The pack's own HTTP client (adapters/comfy_client.py) pointed at this server."""
+        return ComfyClient(self.url, connect_timeout=timeout, read_timeout=timeout)
+
     def get(self, route: str, timeout: float = 30) -> object:
-        with urllib.request.urlopen(self.url + route, timeout=timeout) as response:
-            return json.loads(response.read())
+        with self.client(timeout) as client:
+            return client.get_json(route)
 
     def post(self, route: str, payload: dict, timeout: float = 30) -> tuple[int, object]:
-        request = urllib.request.Request(
-            self.url + route, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                body = response.read()
-                return response.status, json.loads(body) if body else None
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"null")
+        with self.client(timeout) as client:
+            return client.post_json(route, payload)
 
     def object_info(self) -> dict:
         """The served node schemas, read now (file combos change as tests add files)."""
-        return self.get("/object_info", timeout=120)
+        with self.client(120) as client:  # a large host (600+ nodes) takes seconds on a loaded machine
+            return client.object_info()
 
     def has(self, capability: str) -> bool:
         if self._object_info is None:  # node classes and input layouts do not change while the server runs
@@ -191,8 +188,8 @@ class ComfyUIServer:
         if missing:
             pytest.skip(f"{self.host.name} lacks {', '.join(missing)}")
 
-    def submit(self, graph: dict, client_id: str | None = None) -> tuple[int, dict]:
-        return self.post("/prompt", {"prompt": graph, "client_id": client_id or uuid.uuid4().hex})
+    def submit(self, graph: dict) -> tuple[int, dict]:
+        return self.post("/prompt", {"prompt": graph, "client_id": uuid.uuid4().hex})
 
     def run_graph(self, graph: dict, timeout: float = 300) -> dict:
         """Queue `graph`, wait until its history entry completes, return that entry.
@@ -200,19 +197,18 @@ class ComfyUIServer:
         The structured execution errors (node_id, node_type, exception_message) are taken from the /ws events
         of this prompt and stored under entry["ws_errors"]: hosts keep different amounts of them in /history
         (Comfy-Org: [event, body] pairs; the installable fork: "event: message" strings only)."""
-        import websocket  # test extra; imported here so hosts-free runs never need it
-
         client_id = uuid.uuid4().hex
-        ws = websocket.create_connection(f"ws://127.0.0.1:{self.port}/ws?clientId={client_id}", timeout=30)
-        try:
-            status, body = self.submit(graph, client_id)
-            if status != 200:
-                raise AssertionError(f"/prompt rejected the graph ({status}): {json.dumps(body, indent=1)[:3000]}")
-            prompt_id = body["prompt_id"]
-            deadline = time.monotonic() + timeout
-            ws_errors = self._wait_for_prompt_events(ws, prompt_id, deadline)
-        finally:
-            ws.close()
+        deadline = time.monotonic() + timeout
+        with self.client() as client:
+            events = client.websocket(client_id)
+            try:
+                status, body = client.post_json("/prompt", {"prompt": graph, "client_id": client_id})
+                if status != 200:
+                    raise AssertionError(f"/prompt rejected the graph ({status}): {json.dumps(body, indent=1)[:3000]}")
+                prompt_id = body["prompt_id"]
+                ws_errors = self._wait_for_prompt_events(events, prompt_id, deadline)
+            finally:
+                events.close()
         while time.monotonic() < deadline:
             entry = self.get(f"/history/{prompt_id}").get(prompt_id)
             if entry and entry.get("status", {}).get("status_str") in ("success", "error"):
@@ -222,17 +218,13 @@ class ComfyUIServer:
         raise AssertionError(f"prompt {prompt_id} did not finish within {timeout} s:\n{self.log()[-3000:]}")
 
     @staticmethod
-    def _wait_for_prompt_events(ws, prompt_id: str, deadline: float) -> list[dict]:
+    def _wait_for_prompt_events(events, prompt_id: str, deadline: float) -> list[dict]:
         """Read /ws until the prompt ends (success, error, or interruption); return its execution_error bodies."""
         errors: list[dict] = []
         while time.monotonic() < deadline:
-            ws.settimeout(max(0.1, deadline - time.monotonic()))
-            raw = ws.recv()
-            if not isinstance(raw, str):  # binary previews
-                continue
-            message = json.loads(raw)
-            data = message.get("data") or {}
-            if data.get("prompt_id") != prompt_id:
+            message = events.recv_event(deadline - time.monotonic())
+            data = (message or {}).get("data") or {}
+            if not isinstance(data, dict) or data.get("prompt_id") != prompt_id:
                 continue
             kind = message.get("type")
             if kind == "execution_error":

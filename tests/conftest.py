@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 from comfyui_host import ComfyUIServer, configured_hosts
+from hypothesis import settings
 
 _HOSTS, _NO_HOST_REASON = configured_hosts()
 
@@ -25,3 +26,10 @@ def pytest_report_header(config):
     if not _HOSTS:
         return f"h3kit tier (b): skipped - {_NO_HOST_REASON}"
     return "h3kit tier (b): " + ", ".join(f"{h.name} ({h.launch}, {h.python})" for h in _HOSTS)
+
+
+# Fuzz tier (hypothesis): "ci" is the default, short and reproducible (<= 60 s for all tests/test_fuzz_*.py on
+# a 2-core machine); `pytest --hypothesis-profile=long tests/test_fuzz_*.py` explores far more inputs.
+settings.register_profile("ci", max_examples=150, deadline=None, derandomize=True, print_blob=True)
+settings.register_profile("long", max_examples=20_000, deadline=None, print_blob=True)
+settings.load_profile("ci")

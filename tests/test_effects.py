@@ -77,7 +77,21 @@ def test_prompt_check_reads_only_the_safetensors_header(emb_dir, effects, monkey
     def refuse(*_a, **_k):
         raise AssertionError("tensor data was loaded")
 
-    monkeypatch.setattr(safetensors, "safe_open", refuse)
+    class HeaderOnly:  # the library may validate the header (memory-mapped), never read a tensor
+        def __init__(self, handle):
+            self._handle = handle
+
+        def __enter__(self):
+            self._handle.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self._handle.__exit__(*exc)
+
+        get_tensor = get_slice = refuse
+
+    real_safe_open = safetensors.safe_open
+    monkeypatch.setattr(safetensors, "safe_open", lambda *a, **k: HeaderOnly(real_safe_open(*a, **k)))
     monkeypatch.setattr(safetensors.torch, "load_file", refuse)
     monkeypatch.setattr(torch, "load", refuse)
     _, report = run_prompt(H3_PROMPT)
@@ -440,3 +454,71 @@ def test_f15_splice_refuses_a_prompt_starting_with_a_marker(effects, emb_dir):
 def test_splice_refuses_a_wrong_width_file(effects, emb_dir):
     with pytest.raises(H3KitInputError, match="4096"):
         splice(StandInClip(emb_dir), effect="fx_t5.safetensors")
+
+
+# ------------------------------------------------------------------------------------------- splice: independent proof
+KEY = "qwen3vl_32b"
+MARKED = {  # the prompt as a user would write it with the marker (H3_PROMPT's words: 3 before the shot text)
+    "after_first_shot_tag": ("integrated_multimodal_description: [Shot 1] embedding:fx_a A cat sleeps on a wall. "
+                             "It wakes and jumps.", 3),
+    "after_first_sentence": ("integrated_multimodal_description: [Shot 1] A cat sleeps on a wall. embedding:fx_a "
+                             "It wakes and jumps.", 9),
+    "end": ("integrated_multimodal_description: [Shot 1] A cat sleeps on a wall. It wakes and jumps. embedding:fx_a", 13),
+}
+
+
+def same_token(x, y) -> bool:
+    if torch.is_tensor(x) or torch.is_tensor(y):
+        return torch.is_tensor(x) and torch.is_tensor(y) and torch.equal(x, y)
+    return x == y
+
+
+def same_entries(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(same_token(x[0], y[0]) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("position", list(MARKED))
+def test_splice_equals_an_independent_encoding_with_and_without_the_effect(effects, emb_dir, position):
+    # Encode the prompt once without and once with the effect through the tokenizer stand-in (which loads the
+    # file itself, like ComfyUI's embedding: markers) and compare token lists with what the node encoded.
+    marked, before = MARKED[position]
+    clip = StandInClip(emb_dir)
+    without = clip.tokenize(H3_PROMPT)[KEY][0]
+    with_effect = clip.tokenize(marked)[KEY][0]
+    splice(clip, position=position)
+    (encoded,) = clip.encoded
+    assert len(without) == 13 and len(with_effect) == 13 + 7
+    assert same_entries(encoded, with_effect)
+    assert same_entries(encoded[:before] + encoded[before + 7:], without)
+    assert all(torch.is_tensor(t) for t, _ in encoded[before:before + 7])
+
+
+def test_splice_rows_are_cross_checked_with_the_encoders_tokenizer(effects, emb_dir):
+    _, report = splice(StandInClip(emb_dir), strength=0.5)
+    assert report["host_rows"] == "7 rows equal to the encoder tokenizer's embedding:fx_a"
+    assert report["fallbacks"] == []
+
+
+def test_splice_refuses_rows_the_encoders_tokenizer_loads_differently(effects, emb_dir, tmp_path):
+    other = tmp_path / "host_embeddings"
+    write_effect(other, "fx_a.safetensors", (7, WIDTH), seed=99)  # same name, other rows, in the host's folder
+    with pytest.raises(H3KitInputError, match="differ") as err:
+        splice(StandInClip(other))
+    assert err.value.input_name == "effect"
+
+
+def test_splice_without_the_host_cross_check_says_so(effects, emb_dir, tmp_path):
+    _, report = splice(StandInClip(tmp_path / "no_such_folder"))
+    assert report["host_rows"] == "not checked"
+    assert any("does not resolve embedding:fx_a" in text for text in report["fallbacks"])
+
+
+def test_splice_proof_does_not_trust_the_list_it_built(effects, emb_dir, tmp_path, monkeypatch):
+    # The rows read at execution lose one (file rewritten after its header was read, or a splice bug): the proof
+    # compares the encoder's positions with the header's 7 rows, so it notices; re-counting the list would not.
+    from h3kit.nodes import effects as fx
+
+    real = fx.load_effect_rows
+    monkeypatch.setattr(fx, "load_effect_rows", lambda *a: real(*a)[:6])
+    with pytest.raises(H3KitInputError, match=r"13 prompt tokens \+ 7 effect rows = 20 positions"):
+        splice(StandInClip(tmp_path / "no_such_folder"))
