@@ -65,6 +65,11 @@ def _write_draft_audio(path: Path, seconds: float) -> None:
 def ltx_host(comfyui_server):
     """The server, with tiny LTX-2 checkpoints in its models/, a cached refine prompt and a draft in input/."""
     comfyui_server.require(LTXAV)
+    install_tiny_ltx(comfyui_server)
+    return comfyui_server
+
+
+def install_tiny_ltx(comfyui_server) -> None:
     result = subprocess.run(
         [comfyui_server.python, str(WRITER), "--comfyui-dir", str(comfyui_server.comfyui_dir),
          "--models", str(comfyui_server.models_dir), "--dit", "healthy", "--dit", "garbage", "--dit", "nan"],
@@ -78,7 +83,6 @@ def ltx_host(comfyui_server):
     save_conditioning(cache_dir, "tiny_refine", [[context, {}]], prompt_text="tiny refine prompt", encoder="test")
     _write_draft_image(comfyui_server.base_dir / "input" / "h3kit_draft.png")
     _write_draft_audio(comfyui_server.base_dir / "input" / "h3kit_draft.wav", seconds=DRAFT_FRAMES / FPS)
-    return comfyui_server
 
 
 def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: str = "stage2") -> dict:
