@@ -78,5 +78,5 @@ def test_validate_against_the_live_server(comfyui_server, tmp_path):
         [sys.executable, "-m", "h3kit", "validate", str(path), "--server", comfyui_server.url],
         capture_output=True, text=True, timeout=120,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # README: 2 = rejected by validation
     assert "node 2 (EmptyMiniMaxH3LatentAV)" in result.stdout and "ComfyUI core >= 0.34.0" in result.stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import pytest
 import torch
@@ -26,8 +25,7 @@ def server_cache(comfyui_server):
 
 
 def _served_names(server) -> list[str]:
-    with urllib.request.urlopen(f"{server.url}/object_info/H3KitLoadConditioning", timeout=30) as response:
-        info = json.loads(response.read())
+    info = server.get("/object_info/H3KitLoadConditioning")  # through the pack's own client
     return info["H3KitLoadConditioning"]["input"]["required"]["name"][0]
 
 
@@ -91,5 +89,5 @@ def test_save_refuses_to_replace_a_different_file_on_the_server(comfyui_server, 
 def test_cond_build_preflight_names_the_missing_encoder(comfyui_server, capsys):
     code = run_cond("build", "--server", comfyui_server.url, "--text", "x", "--clip", "no_such_encoder.safetensors",
                     "--type", "ltxv", "--name", "r")
-    assert code == 1
+    assert code == 2  # README: 2 = refused before anything runs
     assert "no text encoder 'no_such_encoder.safetensors'" in capsys.readouterr().err
