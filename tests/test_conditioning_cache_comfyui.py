@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from comfyui_host import execution_errors
 from h3kit.nodes import cond_cache_format as fmt
 from test_conditioning_cache import ltx_like
 from test_conditioning_cache_cli import run_cond
@@ -80,7 +81,7 @@ def test_save_refuses_to_replace_a_different_file_on_the_server(comfyui_server, 
     }
     entry = comfyui_server.run_graph(graph)
     assert entry["status"]["status_str"] == "error"
-    errors = [data for event, data in entry["status"]["messages"] if event == "execution_error"]
+    errors = execution_errors(entry)
     assert errors and "overwrite" in errors[0]["exception_message"]
     assert (server_cache / "taken.safetensors").read_bytes() == before
 
