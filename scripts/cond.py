@@ -262,14 +262,14 @@ def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:
         _error(f"UNREACHABLE: {outcome.note}")
         return EXIT_UNREACHABLE
     if outcome.state != "success":
-        detail = outcome.note or _execution_error(jobs.message_pairs(outcome.entry or {}))
+        detail = outcome.note or _execution_error(jobs.message_pairs(outcome.entry or {}, outcome.events))
         _error(f"the encode failed in ComfyUI: {detail}")
         return EXIT_FAILED
     entry = outcome.entry
     outputs = entry.get("outputs") if isinstance(entry.get("outputs"), dict) else {}
     save = outputs.get("3") if isinstance(outputs.get("3"), dict) else {}
     lines = [line for line in save.get("text", []) if isinstance(line, str)] if isinstance(save.get("text"), list) else []
-    cached = "3" in jobs.timing_of(entry).cached
+    cached = "3" in jobs.timing_of(entry, outcome.events).cached
     if cached:
         _say("", "ComfyUI reused its cached result: the cache file is already up to date")
     for line in lines:

@@ -124,7 +124,7 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
     if outcome.state in ("lost", "refused"):
         say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")
         return EXIT_FAILED
-    timing = jobs.timing_of(outcome.entry)
+    timing = jobs.timing_of(outcome.entry, outcome.events)
     if outcome.state != "success":
         err = timing.error or {}
         say(label, f"FAIL  execution {outcome.state}: node {err.get('node_id')} ({err.get('node_type')}): "
