@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+from ..adapters.host import guard_input_types
 from .common import LOG
 
 # One entry per capability module in this folder; add yours here.
@@ -47,7 +48,7 @@ def collect_nodes() -> dict[str, type]:
         for node_cls in module.NODES:
             missing = _missing_packages(node_cls)
             if not missing:
-                nodes[node_cls.__name__] = node_cls
+                nodes[node_cls.__name__] = guard_input_types(node_cls)  # a host quirk never hides the node
                 continue
             for pkg in missing:
                 DISABLED_NODES.setdefault(pkg, []).append(node_cls.__name__)

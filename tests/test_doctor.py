@@ -8,6 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
+from comfyui_host import execution_error
 from h3kit.checks import environment, rules, rules_files, rules_lints, server
 from h3kit.checks.problem import FAIL, PASS, WARN
 from h3kit.scripts import doctor
@@ -55,6 +56,13 @@ def test_f23_refine_starting_above_cliff_is_an_error():
     problems = rules_lints.lint_refine_first_sigma(refine_graph("0.909375, 0.725, 0.421875, 0"), SCHEMAS)
     assert [p.severity for p in problems] == ["error"]
     assert problems[0].node_id == "5" and "F23" in problems[0].message and "0.909375" in problems[0].message
+
+
+@pytest.mark.parametrize("first, fails", [(0.85, True), (0.81, True), (0.8, False), (0.78, False)])
+def test_f23_offline_lint_cliff_is_the_documented_0_8(first, fails):
+    # README/field notes: identity held at 0.78, details change at 0.85; the limit is 0.8 (strictly above fails).
+    problems = rules_lints.lint_refine_first_sigma(refine_graph(f"{first}, 0.5, 0"), SCHEMAS)
+    assert [p.severity for p in problems if "F23" in p.message] == (["error"] if fails else [])
 
 
 def test_f23_identity_schedule_passes():
@@ -437,7 +445,7 @@ def test_preflight_strict_stops_a_real_comfyui_run(comfyui_server):
     }
     entry = comfyui_server.run_graph(graph)
     assert entry["status"]["status_str"] == "error"
-    error = next(data for event, data in entry["status"]["messages"] if event == "execution_error")
+    error = execution_error(entry)
     assert error["node_type"] == "H3KitPreflight" and "8n+1" in error["exception_message"]
     graph["1"]["inputs"]["strict"] = False
     entry = comfyui_server.run_graph(graph)
