@@ -16,7 +16,7 @@ from .graph import nodes_of
 from .problem import FAIL, PASS, WARN, Check
 from .rules_files import model_inputs
 from .rules_lints import is_refine, sigmas_of
-from .schemas import core_document, providing_pack, unknown_node_advice
+from .schemas import core_document, core_since, providing_pack, unknown_node_advice
 
 # Nodes that only exist in, or only make sense for, the H3 -> LTX two-stage refine (F01 gate).
 # The handoff alone (H3KitDraftToLTX without a refine after it) is not gated: it renders right on any host.
@@ -55,12 +55,13 @@ def comfyui_version_check(version: str | None, graph: dict | None,
     ids = set(node_ids) if node_ids is not None else _running_host_node_ids()
     shown = version or "(no version reported)"
     if ids is not None and not ids & native_h3_nodes():
-        needs_h3 = isinstance(graph, dict) and any(
-            isinstance(n, dict) and n.get("class_type") in native_h3_nodes() for n in graph.values())
-        if needs_h3:  # WARN: each H3 node the host lacks FAILs under 'nodes' with the same update
-            return Check(WARN, "comfyui version", f"ComfyUI {shown} has no native MiniMax-H3 nodes (read from its node "
-                         f"list): this ComfyUI is older than the workflow, which needs ComfyUI core >= {MINIMUM}",
-                         f"update ComfyUI to >= {MINIMUM}, or run the H3 draft on a ComfyUI that has it")
+        lacking = sorted({n.get("class_type") for n in graph.values() if isinstance(n, dict)
+                          and isinstance(n.get("class_type"), str) and core_since(n["class_type"])
+                          and n["class_type"] not in ids}) if isinstance(graph, dict) else []
+        if lacking:  # WARN: each of these FAILs under 'nodes' with the same update
+            return Check(WARN, "comfyui version", f"ComfyUI {shown} lacks core nodes this workflow needs "
+                         f"({', '.join(lacking)}; read from its node list): this ComfyUI is older than the workflow, "
+                         f"which needs ComfyUI core >= {MINIMUM}", f"update ComfyUI to >= {MINIMUM}")
         return Check(PASS, "comfyui version", f"{shown}: no native MiniMax-H3 here (read from its node list), so the "
                      "F01 stack does not apply; graphs without H3 nodes (LTX, H3Kit's handoff) run")
     if not version:

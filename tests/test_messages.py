@@ -183,8 +183,10 @@ LTXAV_HOST = {"CLIPLoader", "SaveVideo", "LTXVLatentUpsampler", "H3KitDraftToLTX
 def test_fork_version_without_native_h3_is_not_the_f01_stack():
     check = server.comfyui_version_check("0.12.1", two_stage(), LTXAV_HOST)
     assert check.status == WARN  # the graph needs H3; each missing H3 node FAILs on its own
-    assert check.detail == ("ComfyUI 0.12.1 has no native MiniMax-H3 nodes (read from its node list): this ComfyUI "
-                            "is older than the workflow, which needs ComfyUI core >= 0.34.0")
+    assert check.detail == ("ComfyUI 0.12.1 lacks core nodes this workflow needs (LatentUpscaleModelLoader, "
+                            "MiniMaxH3ImageToVideo, MiniMaxH3SigmaShift; read from its node list): this ComfyUI is "
+                            "older than the workflow, which needs ComfyUI core >= 0.34.0")
+    assert check.fix == "update ComfyUI to >= 0.34.0"
     assert "F01" not in check.detail
     assert server.comfyui_version_check("0.12.1", None, LTXAV_HOST).status == PASS
 
