@@ -1,0 +1,101 @@
+"""The planted bugs (issue 16): each is one exact text replacement in one file, and the tests that must catch it.
+
+M01-M09 are the nine bugs that once passed the whole suite; the others guard the same promises from other sides.
+The old text must occur exactly once in its file (run_planted.py --check); when code moves, move the mutant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    summary: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+F01 = ("tests/test_latent_guard_f01.py", "tests/test_pipeline.py")
+SAGE = ("tests/test_turing_sage.py",)
+SPLICE = ("tests/test_effects.py",)
+LOWVRAM = ("tests/test_lowvram.py",)
+RUN = ("tests/test_run.py", "tests/test_cli.py")
+RULES = ("tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py", "tests/test_pipeline.py")
+
+MUTANTS: list[Mutant] = [
+    # ------------------------------------------------------------------ the nine that used to pass
+    Mutant("M01", "F23 offline lint limit moved to 0.9", "scripts/lints.py",
+           "REPAINT_CLIFF = 0.8", "REPAINT_CLIFF = 0.9", RULES),
+    Mutant("M02", "F01 correlation uncentred (cosine)", "kernels/frames.py",
+           "    x = x - x.mean()\n    y = y - y.mean()\n", "", F01),
+    Mutant("M03", "F01 correlation abs()-ed", "kernels/frames.py",
+           "return float((x * y).sum()) / denom", "return abs(float((x * y).sum())) / denom", F01),
+    Mutant("M04", "LTX attention patch never splits heads", "kernels/chunked.py",
+           "    for h0, h1 in split_ranges(heads, groups):\n        cols = slice(",
+           "    for h0, h1 in split_ranges(heads, 1):\n        cols = slice(", LOWVRAM),
+    Mutant("M05", "H3 patch always builds the fused qkv, report still says per-group", "kernels/chunked.py",
+           "qkv = None if per_group_projection else qkv_proj(x)", "qkv = qkv_proj(x)", LOWVRAM),
+    Mutant("M06", "FFN chunked along the batch axis (B=1 never chunked)", "nodes/lowvram.py",
+           "dim = 0 if x.dim() == 2 else x.dim() - 2", "dim = 0", LOWVRAM),
+    Mutant("M07", "run's exit codes remapped (timeout 4, unreachable 3)", "scripts/run.py",
+           "EXIT_OK, EXIT_EXEC_ERROR, EXIT_REJECTED, EXIT_TIMEOUT, EXIT_UNREACHABLE = 0, 1, 2, 3, 4",
+           "EXIT_OK, EXIT_EXEC_ERROR, EXIT_REJECTED, EXIT_TIMEOUT, EXIT_UNREACHABLE = 0, 1, 2, 4, 3", RUN),
+    Mutant("M08", "fan-out returns the best job's code, not the worst", "scripts/run.py",
+           "return max(codes, default=EXIT_OK)", "return min(codes, default=EXIT_OK)", RUN),
+    Mutant("M09", "SageAttention launcher checks BLOCK_M but not BLOCK_N", "kernels/sage_turing.py",
+           "config.block_m != QUANT_BLOCK_Q or config.block_n != QUANT_BLOCK_K",
+           "config.block_m != QUANT_BLOCK_Q", SAGE),
+    # ------------------------------------------------------------------ F01 / F10 guard
+    Mutant("M10", "F01 default min_correlation 0.5 -> 0.3 (node widget)", "nodes/pipeline.py",
+           '"min_correlation": ("FLOAT", {"default": 0.5,', '"min_correlation": ("FLOAT", {"default": 0.3,', F01),
+    Mutant("M11", "F01 default min_correlation 0.5 -> 0.3 (execute)", "nodes/pipeline.py",
+           'def execute(self, latent, mode="error", min_correlation=0.5, reference=None):',
+           'def execute(self, latent, mode="error", min_correlation=0.3, reference=None):', F01),
+    Mutant("M12", "F01 gate reads the audio stream instead of the video", "nodes/pipeline.py",
+           "if index == 0 and corr is not None and corr < threshold:",
+           "if index == 1 and corr is not None and corr < threshold:", F01),
+    Mutant("M13", "F10 guard ignores Inf", "nodes/pipeline.py",
+           "if stats.nan_count or stats.inf_count:", "if stats.nan_count:", F01),
+    Mutant("M14", "F23 node limit moved to 0.9", "nodes/pipeline_math.py",
+           "REPAINT_SIGMA_LIMIT = 0.8", "REPAINT_SIGMA_LIMIT = 0.9", RULES),
+    Mutant("M15", "sigma parser accepts an unordered list", "nodes/pipeline_math.py",
+           "        if nxt >= prev:\n", "        if False:\n", RULES),
+    # ------------------------------------------------------------------ EffectSplice
+    Mutant("M16", "splice one token late", "nodes/effects.py",
+           "spliced = base.entries[:index] + [(row, 1.0) for row in rows] + base.entries[index:]",
+           "spliced = base.entries[:index + 1] + [(row, 1.0) for row in rows] + base.entries[index + 1:]", SPLICE),
+    Mutant("M17", "splice proof re-counts the list it built", "nodes/effects.py",
+           "expected = len(base.entries) + info.rows", "expected = len(spliced)", SPLICE),
+    Mutant("M18", "splice ignores strength", "nodes/effects.py",
+           'rows = load_effect_rows(node, "effect", info) * strength', 'rows = load_effect_rows(node, "effect", info)',
+           SPLICE),
+    Mutant("M19", "splice cross-check compares shapes only", "nodes/effects.py",
+           "not torch.allclose(host_rows, rows, rtol=1e-3, atol=1e-5)", "False", SPLICE),
+    # ------------------------------------------------------------------ SageAttention launcher
+    Mutant("M20", "quantizer gets BLOCK_M as its k block", "kernels/sage_turing.py",
+           "BLKK=config.block_n", "BLKK=config.block_m", SAGE),
+    Mutant("M21", "Turing-safe config also chosen on sm_80", "kernels/sage_turing.py",
+           "if capability < (8, 0):", "if capability <= (8, 0):", SAGE),
+    Mutant("M22", "Turing-safe config keeps the package's fp32 output tile", "kernels/sage_turing.py",
+           'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=True)',
+           'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=False)', SAGE),
+    # ------------------------------------------------------------------ run
+    Mutant("M23", "a lost job exits 0", "scripts/run.py",
+           '    if outcome.state == "lost":\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
+           "        return EXIT_EXEC_ERROR",
+           '    if outcome.state == "lost":\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
+           "        return EXIT_OK", RUN),
+    Mutant("M24", "failed output verification exits 0", "scripts/run.py",
+           "return EXIT_EXEC_ERROR if any(c.status == FAIL for c in checks) else EXIT_OK",
+           "return EXIT_OK", RUN),
+    # ------------------------------------------------------------------ low-VRAM arithmetic
+    Mutant("M25", "FFN chunk threshold off by one (== threshold skipped)", "nodes/lowvram.py",
+           "if tokens < self.seq_threshold:", "if tokens <= self.seq_threshold:", LOWVRAM),
+    Mutant("M26", "H3 attention patch never splits heads", "kernels/chunked.py",
+           "    for h0, h1 in split_ranges(heads, groups):\n        g = h1 - h0",
+           "    for h0, h1 in split_ranges(heads, 1):\n        g = h1 - h0", LOWVRAM),
+]
