@@ -15,6 +15,7 @@ from ..nodes.pipeline_math import CropPlan
 RESIZE_CHUNK_FRAMES = 16  # bounds the float32 working copy while resizing long clips
 SOLID_FRAME_STD = 1.5 / 255  # a frame whose every channel varies less than this is one solid colour
 BLACK_FRAME_MEAN = 0.02  # a solid frame this dark is black
+STILL_FRAME_DIFF = 0.5 / 255  # mean absolute change below this from one frame to the next = the same picture
 SCAN_STRIDE = 4  # colour spread is measured on every 4th row and column
 
 

@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -14,7 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..adapters.files import atomic_path
+
 AUDIO_LAYOUTS = {1: "mono", 2: "stereo"}
+TALLY_CHUNK_FRAMES = 4  # decoded frames classified at once (a 1344x768 float copy is 12 MB each)
 
 
 def _to_uint8_frames(frames: torch.Tensor) -> np.ndarray:
@@ -23,19 +25,13 @@ def _to_uint8_frames(frames: torch.Tensor) -> np.ndarray:
 
 def write_mp4(path: Path, frames: torch.Tensor, fps: float, audio: dict | None = None, *,
               overwrite: bool = False, crf: int = 18) -> Path:
-    """Encode [N, H, W, 3] frames (0..1) and an optional AUDIO dict; atomic (temp file + os.replace)."""
+    """Encode [N, H, W, 3] frames (0..1) and an optional AUDIO dict; written atomically (adapters/files.py)."""
     import av
 
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; choose another path or allow overwriting")
     if frames.shape[1] % 2 or frames.shape[2] % 2:
         raise ValueError(f"h264 (yuv420p) needs even sides, got {frames.shape[2]}x{frames.shape[1]}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".mp4", dir=path.parent)
-    os.close(fd)
-    try:
-        with av.open(tmp_name, mode="w", format="mp4") as container:
+    with atomic_path(path, overwrite) as tmp:
+        with av.open(str(tmp), mode="w", format="mp4") as container:
             video = container.add_stream("h264", rate=Fraction(fps).limit_denominator(1001))
             video.width, video.height, video.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
             video.options = {"crf": str(crf), "preset": "veryfast"}
@@ -45,11 +41,7 @@ def write_mp4(path: Path, frames: torch.Tensor, fps: float, audio: dict | None =
             container.mux(video.encode())
             if audio_stream is not None:
                 _encode_audio(container, audio_stream, audio)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path
+    return Path(path)
 
 
 def _add_audio_stream(container, audio: dict):
@@ -86,7 +78,16 @@ class Mp4Info:
     audio_samples: int | None
     first_frame: np.ndarray  # uint8 [H, W, 3] of the decoded first frame
     last_frame: np.ndarray  # uint8 [H, W, 3] of the decoded last frame
-    audio_rms: float | None  # of every decoded sample, all channels
+    audio_rms: float | None  # of every decoded sample, all channels, -1..1
+    black_frames: int = 0
+    solid_frames: int = 0  # includes the black ones
+    still_frames: int = 0  # frames identical (within STILL_FRAME_DIFF) to the one before
+
+    @property
+    def audio_dbfs(self) -> float | None:
+        if self.audio_rms is None:
+            return None
+        return 20.0 * math.log10(self.audio_rms) if self.audio_rms > 0 else float("-inf")
 
     @property
     def video_seconds(self) -> float:
@@ -98,26 +99,69 @@ class Mp4Info:
 
 
 def read_mp4(path: Path) -> Mp4Info:
-    """Decode every frame and audio sample of an mp4 and describe what is really in it."""
+    """Decode every frame and audio sample of an mp4 and describe what is really in it: streams, size, frame
+    count, black / solid / still frames (the thresholds of kernels/frames.py, the same the frame guard uses),
+    audio length and level. The one media verifier: `demo` and `run` both read files through it."""
     import av
 
     with av.open(str(path)) as container:
+        if not container.streams.video:
+            raise ValueError(f"{Path(path).name} has no video stream")
         vstream = container.streams.video[0]
-        astream = container.streams.audio[0] if container.streams.audio else None
-        count, first, last = 0, None, None
+        tally = FrameTally()
         for frame in container.decode(vstream):
-            last = frame.to_ndarray(format="rgb24")
-            first = last if first is None else first
-            count += 1
+            tally.add(frame.to_ndarray(format="rgb24"))
+        tally.flush()
         video = (vstream.codec_context.name, vstream.codec_context.width, vstream.codec_context.height,
-                 count, float(vstream.average_rate))
+                 tally.count, float(vstream.average_rate or 0))
+        has_audio = bool(container.streams.audio)
     audio, rms = (None, None, None, None), None
-    if astream is not None:
+    if has_audio:
         with av.open(str(path)) as container:
             astream = container.streams.audio[0]
-            chunks = [frame.to_ndarray().reshape(-1) for frame in container.decode(astream)]
-            pcm = np.concatenate(chunks).astype(np.float64) if chunks else np.zeros(0)
-            channels = astream.codec_context.channels
+            chunks = [_normalised_pcm(frame) for frame in container.decode(astream)]
+            pcm = np.concatenate(chunks) if chunks else np.zeros(0)
+            channels = astream.codec_context.channels or 1
             audio = (astream.codec_context.name, astream.codec_context.sample_rate, channels, pcm.size // channels)
             rms = float(np.sqrt(np.mean(pcm * pcm))) if pcm.size else 0.0
-    return Mp4Info(*video, *audio, first_frame=first, last_frame=last, audio_rms=rms)
+    return Mp4Info(*video, *audio, first_frame=tally.first, last_frame=tally.last, audio_rms=rms,
+                   black_frames=tally.black, solid_frames=tally.solid, still_frames=tally.still)
+
+
+def _normalised_pcm(frame) -> np.ndarray:
+    """Samples as float64 in -1..1 whatever the decoder's sample format."""
+    samples = frame.to_ndarray().reshape(-1).astype(np.float64)
+    scale = {"s16": 32768.0, "s16p": 32768.0, "s32": 2147483648.0, "s32p": 2147483648.0}.get(frame.format.name)
+    return samples / scale if scale else samples
+
+
+class FrameTally:
+    """Counts black, solid-colour and still frames of decoded uint8 RGB frames, a few frames at a time."""
+
+    def __init__(self):
+        self.count = self.black = self.solid = self.still = 0
+        self.first = self.last = None
+        self.pending: list[np.ndarray] = []
+
+    def add(self, rgb: np.ndarray) -> None:
+        self.first = rgb if self.first is None else self.first
+        self.pending.append(rgb)
+        if len(self.pending) >= TALLY_CHUNK_FRAMES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        from .frames import STILL_FRAME_DIFF, scan_frames
+
+        batch = torch.from_numpy(np.stack(self.pending)).float().div_(255.0)
+        scan = scan_frames(batch)
+        self.black += len(scan.black_frames)
+        self.solid += len(scan.solid_frames)
+        previous = None if self.last is None else torch.from_numpy(self.last).float().div_(255.0)[None]
+        chain = batch if previous is None else torch.cat([previous, batch])
+        if chain.shape[0] > 1:
+            self.still += int(((chain[1:] - chain[:-1]).abs().mean(dim=(1, 2, 3)) < STILL_FRAME_DIFF).sum())
+        self.count += batch.shape[0]
+        self.last = self.pending[-1]
+        self.pending = []

@@ -20,8 +20,8 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,11 +30,24 @@ from typing import Any
 
 import torch
 
+from ..adapters import bounded_json
+from ..adapters.files import atomic_path
+from ..adapters.safetensors_file import (
+    SafetensorsHeader,
+    SafetensorsHeaderError,
+    TensorEntry,
+    header_length,
+    parse_header,
+)
+from ..adapters.safetensors_file import read_header as read_safetensors_header
+
 FORMAT_NAME = "h3kit.conditioning"
 FORMAT_VERSION = 1
 FILE_SUFFIX = ".safetensors"
 MAX_FILE_NAME_BYTES = 255  # the common file-name limit (ext4, NTFS, APFS)
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors reference limit
+MAX_CACHE_BYTES = 16 * 2**30  # documented limit (docs/security.md): checked before anything is allocated
+MAX_STRUCTURE_DEPTH = 64  # a CONDITIONING nests about 6 levels; the bound keeps decoding off the stack limit
+VERSION_TEXT = re.compile(r"[0-9]{1,9}")
 WINDOWS_FORBIDDEN_CHARS = set('<>:"|?*')
 WINDOWS_RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL"} | {f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)}
 REBUILD_FIX = (
@@ -112,10 +125,22 @@ def list_cache_names(folders: list[Path]) -> list[str]:
     for folder in folders:
         if not folder.is_dir():
             continue
-        for entry in os.scandir(folder):
-            if entry.name.lower().endswith(FILE_SUFFIX) and not entry.name.startswith(".") and entry.is_file():
-                names.add(entry.name)
+        try:
+            with os.scandir(folder) as entries:
+                names.update(entry.name for entry in entries if _visible_cache_file(entry))
+        except OSError as exc:
+            raise CacheError(f"the cache folder {folder} cannot be listed ({exc.strerror or exc})",
+                             "check the folder's permissions") from exc
     return sorted(names)
+
+
+def _visible_cache_file(entry: os.DirEntry) -> bool:
+    if not entry.name.lower().endswith(FILE_SUFFIX) or entry.name.startswith("."):
+        return False
+    try:
+        return entry.is_file()
+    except OSError:  # a link into an unreadable place: listed by nothing, like a missing file
+        return False
 
 
 def find_cache_file(folders: list[Path], name: str) -> Path | None:
@@ -318,19 +343,9 @@ def save_conditioning(
 
 
 def _write_atomically(target: Path, tensors: dict, metadata: dict[str, str], save_file: Any) -> None:
-    """Temp file in the same folder, fsync, then one rename: readers see the old file or the new one, never half."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".h3kit-", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    """Through the one atomic writer (adapters/files.py): readers see the old file or the new one, never half."""
+    with atomic_path(target, overwrite=True) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _same_content(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bool:
@@ -358,41 +373,47 @@ class LoadedCache:
     warnings: list[str] = field(default_factory=list)
 
 
-def read_header(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """The safetensors header (tensor table) and metadata of `path`, reading only the header."""
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-        size = os.fstat(fh.fileno()).st_size
-        header_len = _check_prefix(path, head, size)
-        header = _parse_header(path, fh.read(header_len), head)
-    return header, _metadata_of(path, header)
+def read_header(path: Path) -> tuple[SafetensorsHeader, dict[str, str]]:
+    """The safetensors header (checked by the safetensors library) and metadata of `path`, reading only the header."""
+    path = Path(path)
+    try:
+        header = read_safetensors_header(path)
+    except SafetensorsHeaderError as exc:
+        _raise_if_pickle(path, _first_bytes(path))
+        raise CacheError(f"{path} is not a usable safetensors file: {exc}", REBUILD_FIX) from exc
+    except OSError as exc:
+        raise CacheError(f"{path} cannot be read ({exc.strerror or exc})", "check that the file exists and is readable") from exc
+    return header, header.metadata or {}
+
+
+def check_cache_header(path: Path) -> dict[str, str]:
+    """Every check that needs no tensor data (layout, size, format, version, metadata JSON): the metadata, or
+    CacheError. Cheap enough for VALIDATE_INPUTS and `cond list`."""
+    header, metadata = read_header(path)
+    _check_size(path, header)
+    check_metadata(path, header, metadata)
+    _json_field(path, metadata, "tensors")
+    _json_field(path, metadata, "structure")
+    return metadata
 
 
 def read_cache(path: Path) -> LoadedCache:
-    """Read and check a cache file: one read into a writable CPU buffer, tensors are views of it.
+    """Read and check a cache file: the header first, then one read of the data into a writable CPU buffer
+    (tensors are views of it) whose size the checked header fixed.
 
-    No mmap: the file can be replaced or deleted while the conditioning is in use.
+    No mmap: the file can be replaced or deleted while the conditioning is in use. The header is parsed by
+    hand (adapters/safetensors_file.parse_header, the library's rules) because it must be the header of the
+    bytes read here, not of whatever file is at `path` a moment later.
     """
     path = Path(path)
     try:
-        size = path.stat().st_size
-        buffer = torch.empty(size, dtype=torch.uint8)  # uninitialised: the read fills every byte
         with open(path, "rb", buffering=0) as fh:
-            got = fh.readinto(buffer.numpy())
+            header, metadata, structure, records = _checked_header(path, fh)
+            buffer = _read_data(path, fh, header.data_bytes)
     except OSError as exc:
         raise CacheError(f"{path} cannot be read ({exc.strerror or exc})", "check that the file exists and is readable") from exc
-    if got != size:
-        raise CacheError(f"{path} changed while it was being read", "try again")
-    view = memoryview(buffer.numpy())
-    header_len = _check_prefix(path, view[:8], size)
-    header = _parse_header(path, view[8 : 8 + header_len], bytes(view[:8]))
-    data_start = 8 + header_len
-    metadata = _metadata_of(path, header)
-    check_metadata(path, header, metadata)
-    records = _json_field(path, metadata, "tensors")
-    tensors = _tensors_from_buffer(path, header, buffer, data_start)
-    _check_tensor_table(path, records, tensors, view, header, data_start)
-    structure = _json_field(path, metadata, "structure")
+    tensors = {name: _tensor_view(path, buffer, entry) for name, entry in header.tensors.items()}
+    _check_tensor_table(path, records, tensors, memoryview(buffer.numpy()), header)
     conditioning = _decode(structure, tensors, path)
     try:
         check_conditioning_shape(conditioning)
@@ -406,16 +427,67 @@ def read_cache(path: Path) -> LoadedCache:
     return loaded
 
 
-def _check_prefix(path: Path, head: bytes | memoryview, size: int) -> int:
-    head = bytes(head)
-    if size < 8:
-        raise CacheError(f"{path} is {size} bytes: too short to be a safetensors file (empty or truncated)", REBUILD_FIX)
-    header_len = int.from_bytes(head, "little")
-    if header_len == 0 or header_len > min(size - 8, MAX_HEADER_BYTES):
+def _checked_header(path: Path, fh: Any) -> tuple[SafetensorsHeader, dict[str, str], Any, Any]:
+    """Everything that can be checked before the data is allocated: layout, size, metadata, structure."""
+    size = os.fstat(fh.fileno()).st_size
+    head = _read_exact(fh, min(size, 8))
+    try:
+        length = header_length(head, size)
+        header = parse_header(_read_exact(fh, length), length, size)
+    except SafetensorsHeaderError as exc:
         _raise_if_pickle(path, head)
-        raise CacheError(f"{path} is not a complete safetensors file: its header length field says {header_len} bytes "
-                         f"but the file has {size - 8} after it (truncated, or not safetensors)", REBUILD_FIX)
-    return header_len
+        raise CacheError(f"{path} is not a usable safetensors file: {exc}", REBUILD_FIX) from exc
+    _check_size(path, header)
+    metadata = header.metadata or {}
+    check_metadata(path, header, metadata)
+    records = _json_field(path, metadata, "tensors")
+    structure = _json_field(path, metadata, "structure")
+    return header, metadata, structure, records
+
+
+def _check_size(path: Path, header: SafetensorsHeader) -> None:
+    if header.data_bytes > MAX_CACHE_BYTES:
+        raise CacheError(f"{path} holds {header.data_bytes / 2**30:.1f} GiB of tensors; a conditioning cache is at most "
+                         f"{MAX_CACHE_BYTES // 2**30} GiB (an encoded prompt is a few MiB)",
+                         "check that this is a conditioning cache; " + REBUILD_FIX)
+
+
+def _read_exact(fh: Any, count: int) -> bytes:
+    data = fh.read(count)
+    while len(data) < count:  # raw reads may return less than asked
+        more = fh.read(count - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _read_data(path: Path, fh: Any, nbytes: int) -> torch.Tensor:
+    """The data section into one new buffer, in as many reads as the OS needs (Linux returns <= 2 GiB per read)."""
+    try:
+        buffer = torch.empty(nbytes, dtype=torch.uint8)  # uninitialised: the reads fill every byte
+    except (RuntimeError, MemoryError) as exc:
+        raise CacheError(f"not enough memory to load {path} ({nbytes / 2**20:.0f} MiB of tensors)",
+                         "close other programs or free memory, then queue the prompt again") from exc
+    target = memoryview(buffer.numpy()) if nbytes else memoryview(bytearray())
+    filled = 0
+    while filled < nbytes:
+        got = fh.readinto(target[filled:])
+        if not got:
+            raise CacheError(f"{path} changed while it was being read (it ended after {filled} of {nbytes} data bytes)",
+                             "wait until the file is completely written, then try again")
+        filled += got
+    if fh.read(1):
+        raise CacheError(f"{path} changed while it was being read (it grew)", "try again")
+    return buffer
+
+
+def _first_bytes(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8)
+    except OSError:
+        return b""
 
 
 def _raise_if_pickle(path: Path, head: bytes) -> None:
@@ -427,42 +499,25 @@ def _raise_if_pickle(path: Path, head: bytes) -> None:
                          "or encode the prompt again")
 
 
-def _parse_header(path: Path, raw: bytes | memoryview, head: bytes) -> dict[str, Any]:
-    try:
-        header = json.loads(bytes(raw).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        _raise_if_pickle(path, head)
-        raise CacheError(f"{path} has a corrupt safetensors header ({exc})", REBUILD_FIX) from exc
-    if not isinstance(header, dict):
-        raise CacheError(f"{path} has a corrupt safetensors header (not a JSON object)", REBUILD_FIX)
-    return header
-
-
-def _metadata_of(path: Path, header: dict) -> dict[str, str]:
-    metadata = header.get("__metadata__") or {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise CacheError(f"{path} has corrupt safetensors metadata (not a string map)", REBUILD_FIX)
-    return metadata
-
-
-def check_metadata(path: Path, header: dict, metadata: dict[str, str]) -> None:
+def check_metadata(path: Path, header: SafetensorsHeader, metadata: dict[str, str]) -> None:
     if metadata.get("h3kit_format") != FORMAT_NAME:
-        names = sorted(k for k in header if k != "__metadata__")
+        names = sorted(header.tensors)
         hint = ""
         if any(n.startswith("conditioning_data_") for n in names):
             hint = " It looks like a Lightricks LTXVSaveConditioning file: load it with LTXVLoadConditioning."
+        shown = ", ".join(repr(n)[1:-1][:60] for n in names[:5])
         raise CacheError(
             f"{path} is a safetensors file but not an H3Kit conditioning cache (no h3kit_format metadata; "
-            f"tensors: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}).{hint}",
+            f"tensors: {shown}{' ...' if len(names) > 5 else ''}).{hint}",
             "move model files out of the conditioning_cache folder; create caches with H3KitSaveConditioning",
         )
     raw_version = metadata.get("h3kit_format_version", "")
-    if not raw_version.isdigit():
-        raise CacheError(f"{path} has a corrupt format version {raw_version!r}", REBUILD_FIX)
+    if not VERSION_TEXT.fullmatch(raw_version):  # ASCII digits only: "²".isdigit() is True but int("²") fails
+        raise CacheError(f"{path} has a corrupt format version {raw_version[:40]!r}", REBUILD_FIX)
     if int(raw_version) > FORMAT_VERSION:
         raise CacheError(
             f"{path} was written by a newer H3Kit (cache format version {raw_version}; this H3Kit reads up to "
-            f"{FORMAT_VERSION}, written by H3Kit {metadata.get('h3kit_version') or 'unknown'})",
+            f"{FORMAT_VERSION}, written by H3Kit {metadata.get('h3kit_version', '')[:40] or 'unknown'})",
             "update H3Kit (git pull in custom_nodes/H3Kit, then restart ComfyUI)",
         )
     if int(raw_version) < 1:
@@ -470,71 +525,42 @@ def check_metadata(path: Path, header: dict, metadata: dict[str, str]) -> None:
 
 
 def _json_field(path: Path, metadata: dict[str, str], key: str) -> Any:
+    if key not in metadata:
+        raise CacheError(f"{path} has no '{key}' metadata entry", REBUILD_FIX)
     try:
-        return json.loads(metadata[key])
-    except (KeyError, json.JSONDecodeError) as exc:
-        raise CacheError(f"{path} has a missing or corrupt '{key}' metadata entry", REBUILD_FIX) from exc
+        return bounded_json.loads(metadata[key], f"its '{key}' metadata entry", max_depth=MAX_STRUCTURE_DEPTH)
+    except bounded_json.JSONLimitError as exc:
+        raise CacheError(f"{path} is corrupt: {exc}", REBUILD_FIX) from exc
 
 
-def _tensors_from_buffer(path: Path, header: dict, buffer: torch.Tensor, data_start: int) -> dict[str, torch.Tensor]:
-    data_len = len(buffer) - data_start
-    spans, tensors = [], {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        dtype, shape, begin, end = _check_entry(path, name, entry)
-        if end > data_len:
-            raise CacheError(f"{path} is truncated: tensor '{name}' needs bytes up to {end} of the data section, "
-                             f"which has only {data_len}", REBUILD_FIX)
-        spans.append((begin, end, name))
-        tensors[name] = _tensor_view(buffer, data_start + begin, end - begin, dtype, shape)
-    covered = 0
-    for begin, end, name in sorted(spans):
-        if begin != covered:
-            raise CacheError(f"{path} is corrupt: tensor '{name}' data overlaps or leaves a gap", REBUILD_FIX)
-        covered = end
-    if covered != data_len:
-        raise CacheError(f"{path} is corrupt: {data_len - covered} bytes after the last tensor", REBUILD_FIX)
-    return tensors
-
-
-def _check_entry(path: Path, name: str, entry: Any) -> tuple[torch.dtype, list[int], int, int]:
-    try:
-        dtype = CODE_TO_DTYPE[entry["dtype"]]
-        shape = [int(d) for d in entry["shape"]]
-        begin, end = (int(x) for x in entry["data_offsets"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CacheError(f"{path} is corrupt: tensor '{name}' has a malformed header entry ({exc!r})", REBUILD_FIX) from exc
-    nbytes = math.prod(shape) * dtype.itemsize
-    if min(shape, default=0) < 0 or begin < 0 or end - begin != nbytes:
-        raise CacheError(f"{path} is corrupt: tensor '{name}' offsets do not match its shape {shape}", REBUILD_FIX)
-    return dtype, shape, begin, end
-
-
-def _tensor_view(buffer: torch.Tensor, offset: int, nbytes: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-    if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
-    raw = buffer[offset : offset + nbytes]
-    if offset % dtype.itemsize:
+def _tensor_view(path: Path, buffer: torch.Tensor, entry: TensorEntry) -> torch.Tensor:
+    dtype = CODE_TO_DTYPE.get(entry.dtype)
+    if dtype is None:
+        raise CacheError(f"{path} holds tensor {entry.name!r} as {entry.dtype}, which H3Kit caches never use",
+                         REBUILD_FIX)
+    if entry.nbytes == 0:
+        return torch.empty(entry.shape, dtype=dtype)
+    raw = buffer[entry.begin : entry.end]
+    if entry.begin % dtype.itemsize:
         raw = raw.clone()  # keep typed tensors aligned for every kernel
-    return raw.view(dtype).reshape(shape)
+    return raw.view(dtype).reshape(entry.shape)
 
 
-def _check_tensor_table(path: Path, records: Any, tensors: dict, view: memoryview, header: dict, data_start: int) -> None:
-    if not isinstance(records, dict) or set(records) != set(tensors):
+def _check_tensor_table(path: Path, records: Any, tensors: dict, view: memoryview, header: SafetensorsHeader) -> None:
+    if not isinstance(records, dict) or set(records) != set(tensors) or not all(isinstance(r, dict) for r in records.values()):
         raise CacheError(f"{path} is corrupt: the tensor table in the metadata does not match the stored tensors",
                          REBUILD_FIX)
     for name, record in records.items():
         tensor = tensors[name]
         if record.get("dtype") != dtype_name(tensor.dtype) or record.get("shape") != list(tensor.shape):
-            raise CacheError(f"{path} is corrupt: tensor {name} ({record.get('path')}) is {dtype_name(tensor.dtype)}"
-                             f"{list(tensor.shape)} but the metadata says {record.get('dtype')}{record.get('shape')}",
-                             REBUILD_FIX)
-        begin, end = header[name]["data_offsets"]
-        crc = f"{zlib.crc32(view[data_start + begin : data_start + end]):08x}"
+            raise CacheError(f"{path} is corrupt: tensor {name} ({str(record.get('path'))[:80]}) is "
+                             f"{dtype_name(tensor.dtype)}{list(tensor.shape)} but the metadata says "
+                             f"{str(record.get('dtype'))[:20]}{str(record.get('shape'))[:80]}", REBUILD_FIX)
+        entry = header.tensors[name]
+        crc = f"{zlib.crc32(view[entry.begin : entry.end]):08x}"
         if crc != record.get("crc32"):
-            raise CacheError(f"{path} is corrupt: the data of tensor {name} ({record.get('path')}) fails its checksum "
-                             f"(crc32 {crc}, stored {record.get('crc32')})", REBUILD_FIX)
+            raise CacheError(f"{path} is corrupt: the data of tensor {name} ({str(record.get('path'))[:80]}) fails its "
+                             f"checksum (crc32 {crc}, stored {str(record.get('crc32'))[:20]})", REBUILD_FIX)
 
 
 def _decode(node: Any, tensors: dict[str, torch.Tensor], path: Path) -> Any:

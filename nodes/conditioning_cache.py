@@ -14,21 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.host import HostUnavailable, host_loaded, host_module, model_folder
-from .common import LOG, H3KitInputError, Report, category
+from .common import LOG, H3KitInputError, Report, category, log_once
 from .cond_cache_format import (
     CacheError,
     cache_file_name,
+    check_cache_header,
     describe_result,
     file_signature,
     find_cache_file,
     list_cache_names,
     provenance,
     read_cache,
-    read_header,
     save_conditioning,
     summarize_value,
 )
-from .cond_cache_format import check_metadata as check_cache_metadata
 
 FOLDER_KEY = "conditioning_cache"
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
@@ -50,6 +49,9 @@ def available_names() -> list[str]:
     try:
         return list_cache_names(cache_folders())
     except HostUnavailable:
+        return []
+    except CacheError as exc:
+        log_once(f"cache-list:{exc.problem}", f"{LOAD_ID}: {exc}")
         return []
 
 
@@ -118,9 +120,7 @@ class H3KitLoadConditioning:
     def VALIDATE_INPUTS(cls, name: str) -> bool | str:
         """Checked when the prompt is queued: a clear message (with the available names) instead of a failed run."""
         try:
-            path = _resolve(name)
-            header, metadata = read_header(path)
-            check_cache_metadata(path, header, metadata)
+            check_cache_header(_resolve(name))
         except H3KitInputError as exc:
             return str(exc)
         except CacheError as exc:

@@ -28,17 +28,19 @@ from typing import Any
 import torch
 
 from ..adapters.host import comfyui_version, host_loaded, host_module, parse_version
-from ..adapters.safetensors_file import read_safetensors_header
-from .common import H3KitInputError, Report, category
+from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
+from ..checks import facts
+from .common import H3KitInputError, Report, category, log_once
 
 CATEGORY = category("Effects")
-H3_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
+H3_WIDTH = facts.H3_EMBEDDING_WIDTH
 H3_EMBED_KEY = "qwen3vl_32b"  # the tensor name the H3 tokenizer prefers inside an embedding file
 ENV_DIR = "H3KIT_EMBEDDINGS_DIR"
 MARKER = "embedding:"
 NONE = "none"
 EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
-MIN_COMFYUI = (0, 34, 0)  # field-notes §A6: effect embeddings need ComfyUI >= 0.34.0 (native H3 encoder)
+MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
+MAX_WALK_DEPTH = 32
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
 SHOT_TAG = re.compile(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
@@ -51,7 +53,7 @@ FLOAT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
 
 # Token widths of ComfyUI text encoders (embedding_size in comfy/text_encoders/*.py, v0.3.64 and NEW).
 KNOWN_WIDTHS = {
-    5120: "Qwen3-VL-32B (MiniMax-H3)",
+    facts.H3_EMBEDDING_WIDTH: "Qwen3-VL-32B (MiniMax-H3)",
     4096: "T5-XXL / UMT5-XXL / Llama (Flux, SD3, Wan, LTX-Video 0.9, HunyuanVideo)",
     3840: "Gemma-3-12B (LTX-2.x text encoder)",
     3584: "Qwen2.5-VL-7B (Qwen-Image)",
@@ -83,30 +85,73 @@ def embedding_dirs() -> list[Path]:
     return [Path(p) for p in raw.split(os.pathsep) if p]
 
 
-def _walk_files(root: Path) -> list[str]:
-    """Relative POSIX names of embedding files under `root` (following links, each real folder once)."""
-    found: list[str] = []
+@dataclass
+class FolderWalk:
+    folders: list[str]  # absolute paths of the folders visited (each real folder once)
+    files: list[str]  # embedding files, relative POSIX names
+    stopped: str = ""  # why the walk stopped early, or ""
+
+
+def walk_embeddings(root: Path) -> FolderWalk:
+    """Every folder and embedding file under `root`, in os.walk's order, following links as ComfyUI does but
+    visiting each real folder once (a link loop ends there) and at most MAX_WALK_FOLDERS folders,
+    MAX_WALK_DEPTH deep: a huge or looping tree costs bounded time, and the cut is reported, never hidden."""
+    walk = FolderWalk([], [])
     seen: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        real = os.path.realpath(dirpath)
-        if real in seen:  # a link loop would otherwise walk forever
-            dirnames[:] = []
+    stack = [(str(root), "", 0)]
+    while stack:
+        folder, rel, depth = stack.pop()
+        real = os.path.realpath(folder)
+        if real in seen:
             continue
+        if len(walk.folders) >= MAX_WALK_FOLDERS:
+            walk.stopped = f"stopped after {MAX_WALK_FOLDERS} folders under {root}"
+            break
         seen.add(real)
-        dirnames.sort()
-        rel_dir = Path(dirpath).relative_to(root)
-        for name in sorted(filenames):
-            if name.lower().endswith(EXTENSIONS):
-                found.append((rel_dir / name).as_posix())
-    return found
+        walk.folders.append(folder)
+        subfolders = []
+        for entry in _entries(folder):
+            if _is_folder(entry):
+                subfolders.append((entry.path, f"{rel}{entry.name}/", depth + 1))
+            elif entry.name.lower().endswith(EXTENSIONS):
+                walk.files.append(rel + entry.name)
+        if subfolders and depth >= MAX_WALK_DEPTH:
+            walk.stopped = f"did not enter folders more than {MAX_WALK_DEPTH} levels below {root}"
+            continue
+        stack.extend(reversed(subfolders))
+    return walk
+
+
+def _entries(folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=lambda entry: entry.name)
+    except OSError as exc:
+        log_once(f"effects-scan:{folder}", f"H3Kit effects: cannot list {folder} ({exc.strerror or exc}); skipped")
+        return []
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows links; a dangling or self-referencing link is no folder
+    except OSError:
+        return False
+
+
+def _walks(dirs: list[Path]) -> list[FolderWalk]:
+    walks = [walk_embeddings(root) for root in dirs if root.is_dir()]
+    for walk in walks:
+        if walk.stopped:
+            log_once(f"effects-walk:{walk.stopped}", f"H3Kit effects: {walk.stopped}; files further down are not "
+                     "listed (move effect files nearer the top of models/embeddings)")
+    return walks
 
 
 def list_effect_files() -> list[str]:
     """Names for the effect combo. Reads directory entries only: no file is opened at startup."""
     names: list[str] = []
-    for root in embedding_dirs():
-        if root.is_dir():
-            names.extend(n for n in _walk_files(root) if n not in names)
+    for walk in _walks(embedding_dirs()):
+        names.extend(n for n in walk.files if n not in names)
     return names
 
 
@@ -168,32 +213,21 @@ def _pick_tensor(names: list[str]) -> str | None:
 
 def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
     try:
-        header, data_start = read_safetensors_header(path)
-        data_bytes = path.stat().st_size - data_start
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        header = read_header(path)  # the safetensors library's rules: a truncated or overlapping file is refused
+    except (OSError, SafetensorsHeaderError) as exc:
         raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
                               "download the effect file again") from exc
-    tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
-    chosen = _pick_tensor(sorted(tensors))
+    chosen = _pick_tensor(sorted(header.tensors))
     if chosen is None:
+        names = sorted(header.tensors)
         raise H3KitInputError(node, input_name, name,
-                              f"holds {len(tensors)} tensors ({', '.join(sorted(tensors)[:6]) or 'none'}) and none is named '{H3_EMBED_KEY}'",
+                              f"holds {len(names)} tensors ({', '.join(names[:6]) or 'none'}) and none is named '{H3_EMBED_KEY}'",
                               f"use an effect file with one tensor, or name the effect tensor '{H3_EMBED_KEY}'")
-    entry = tensors[chosen]
-    shape, dtype = list(entry.get("shape", [])), str(entry.get("dtype", "?"))
-    begin, end = (entry.get("data_offsets") or [0, 0])[:2]
-    if end > data_bytes:
-        raise H3KitInputError(node, input_name, name,
-                              f"file is truncated: tensor '{chosen}' ends at byte {end} of the data section, which has {data_bytes}",
-                              "download the effect file again (the copy is incomplete)")
-    if dtype not in FLOAT_DTYPES:
-        raise H3KitInputError(node, input_name, name, f"tensor '{chosen}' has dtype {dtype}, not a float type",
+    entry = header.tensors[chosen]
+    if entry.dtype not in FLOAT_DTYPES:
+        raise H3KitInputError(node, input_name, name, f"tensor '{chosen}' has dtype {entry.dtype}, not a float type",
                               "use an effect file with F16, BF16 or F32 rows")
-    if end - begin != math.prod(shape) * FLOAT_DTYPES[dtype]:
-        raise H3KitInputError(node, input_name, name,
-                              f"tensor '{chosen}' declares shape {shape} but stores {end - begin} bytes",
-                              "download the effect file again")
-    return _checked(node, input_name, name, path, shape, dtype, chosen)
+    return _checked(node, input_name, name, path, list(entry.shape), entry.dtype, chosen)
 
 
 def _legacy_tensor(node: str, input_name: str, name: str, path: Path) -> torch.Tensor:
@@ -262,12 +296,10 @@ def _comfy_candidates(marker_name: str, dirs: list[Path]) -> set[str]:
     """Every file ComfyUI's load_embed could pick for `embedding:<marker_name>`: it searches each folder and
     all its subfolders (in no fixed order), trying the name as given, then + .safetensors/.pt/.bin."""
     found: set[str] = set()
-    for root in dirs:
-        if not root.is_dir():
-            continue
-        for dirpath, _, _ in os.walk(root, followlinks=True):
-            base = os.path.join(dirpath, marker_name)
-            if not _inside(dirpath, base):
+    for walk in _walks(dirs):
+        for folder in walk.folders:
+            base = os.path.join(folder, marker_name)
+            if not _inside(folder, base):
                 continue
             for candidate in (base, *(base + ext for ext in EXTENSIONS)):
                 if os.path.isfile(candidate):
@@ -366,8 +398,9 @@ def _selected_effects(effects: list[str]) -> list[str]:
 
 def _version_note(report: Report) -> None:
     version = comfyui_version()
-    if version and parse_version(version) < MIN_COMFYUI:
-        report.warn(f"ComfyUI {version} has no native MiniMax-H3 text encoder; effect embeddings need ComfyUI >= 0.34.0")
+    if version and parse_version(version) < facts.MIN_COMFYUI:
+        report.warn(f"ComfyUI {version} has no native MiniMax-H3 text encoder; effect embeddings need ComfyUI >= "
+                    f"{facts.version_text(facts.MIN_COMFYUI)}")
 
 
 def _file_signature(effects: list[str]) -> str:

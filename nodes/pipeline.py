@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..adapters.host import host_loaded, host_module
+from ..checks import facts
 from ..kernels import frames as fk
 from . import pipeline_math as pm
 from .common import H3KitInputError, Report, category
@@ -41,9 +42,10 @@ FIX_F10 = (
     "Elsewhere check the model file and fp16 overflow"
 )
 FIX_F01 = (
-    "the refine output is not a refinement of its input (F01). Update ComfyUI >= 0.34.0, comfy-kitchen >= 0.2.31 "
+    "the refine output is not a refinement of its input (F01). Update ComfyUI >= "
+    f"{facts.version_text(facts.MIN_COMFYUI)}, comfy-kitchen >= {facts.version_text(facts.MIN_KITCHEN)} "
     "and ComfyUI-Spectrum-MiniMax-H3 >= 4783a22 together, wire 'reference' to the latent that fed the sampler, "
-    "and keep the first refine sigma <= 0.8"
+    f"and keep the first refine sigma <= {facts.REPAINT_SIGMA_LIMIT:g}"
 )
 FIX_NO_SIGNAL = "the sampler output carries no signal: check the refiner model file and the latent wiring"
 FIX_SOLID = (
@@ -96,7 +98,7 @@ class H3KitDraftToLTX:
                                  "Final refined width after LTX's x2 upsampler; a multiple of 64. Frames leave at half."}),
                 "target_height": ("INT", {**side, "default": 768, "tooltip":
                                   "Final refined height after LTX's x2 upsampler; a multiple of 64. Frames leave at half."}),
-                "frame_policy": (list(pm.FRAME_POLICIES), {"default": "trim_to_8n_plus_1", "tooltip":
+                "frame_policy": (list(facts.FRAME_POLICIES), {"default": "trim_to_8n_plus_1", "tooltip":
                                  "LTX needs 8n+1 frames. trim: keep the first 8n+1 (124 -> 121); pad: repeat the last "
                                  "frame up to 8n+1; strict: error unless the count is already 8n+1."}),
                 "fit": (list(pm.FIT_MODES), {"default": "cover_crop", "tooltip":
@@ -124,14 +126,14 @@ class H3KitDraftToLTX:
         out = fk.resize_frames(fk.fit_frame_count(frames, kept), plan)
         dropped = max(0, count - kept)
         report.set(
-            source={"width": src_w, "height": src_h, "frames": count, "on_h3_grid": pm.is_h3_length(count)},
+            source={"width": src_w, "height": src_h, "frames": count, "on_h3_grid": facts.is_h3_length(count)},
             encoder={"width": out_w, "height": out_h, "frames": kept},
             target={"width": target_width, "height": target_height},
             frame_policy=frame_policy, kept_frames=kept, dropped_frames=dropped, padded_frames=max(0, kept - count),
             fps=fps, duration_s=round(kept / fps, 6),
         )
-        if not pm.is_h3_length(count):
-            below, above = pm.nearest_h3_lengths(count)
+        if not facts.is_h3_length(count):
+            below, above = facts.nearest_h3_lengths(count)
             report.warn(f"{count} draft frames is not an H3 length (17k+5, e.g. {below} or {above}); "
                         "check the draft's length input")
         if kept > count:
@@ -146,12 +148,12 @@ class H3KitDraftToLTX:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise H3KitInputError(node, name, value, "must be a positive whole number of pixels",
                                       "use a multiple of 64 such as 1344 x 768")
-            if value % pm.OUTPUT_SIDE_MULTIPLE:
+            if value % facts.OUTPUT_SIDE_MULTIPLE:
                 raise H3KitInputError(
                     node, name, value,
                     f"{name} {value} is not a multiple of 64 (LTX VAE-encodes half of it, {value / 2:g}, which must "
                     "be a multiple of 32)",
-                    f"use {pm.describe_nearest(value, pm.OUTPUT_SIDE_MULTIPLE)}",
+                    f"use {facts.describe_nearest(value, facts.OUTPUT_SIDE_MULTIPLE)}",
                 )
         return target_width // 2, target_height // 2
 
@@ -188,12 +190,12 @@ class H3KitDraftToLTX:
 
     def _kept_count(self, count: int, policy: str) -> int:
         node = type(self).__name__
-        if policy not in pm.FRAME_POLICIES:
+        if policy not in facts.FRAME_POLICIES:
             raise H3KitInputError(node, "frame_policy", policy, "unknown policy",
-                                  f"use one of: {', '.join(pm.FRAME_POLICIES)}")
-        kept = pm.kept_frame_count(count, policy)
+                                  f"use one of: {', '.join(facts.FRAME_POLICIES)}")
+        kept = facts.kept_frame_count(count, policy)
         if kept is None:
-            below, above = pm.ltx_trim_length(count), pm.ltx_pad_length(count)
+            below, above = facts.ltx_trim_length(count), facts.ltx_pad_length(count)
             raise H3KitInputError(node, "frames", f"{count} frames",
                                   f"{count} frames is not on LTX's 8n+1 grid and frame_policy is strict",
                                   f"give {below} or {above} frames, or set frame_policy to trim_to_8n_plus_1")
@@ -259,8 +261,9 @@ class H3KitRefineSetup:
     DISPLAY_NAME = "H3Kit Refine Setup (LTX-2.5)"
     CATEGORY = CATEGORY
     DESCRIPTION = (
-        "Model, sampler and sigmas for the LTX-2.5 refine (feed SamplerCustomAdvanced). Default: 0.78, 0.643, 0.546, 0 "
-        "with euler, 3 steps: measured to keep the draft's identity. First sigmas above 0.8 repaint faces into another "
+        f"Model, sampler and sigmas for the LTX-2.5 refine (feed SamplerCustomAdvanced). Default: {facts.SIGMA_EXAMPLE} "
+        f"with euler, 3 steps: measured to keep the draft's identity. First sigmas above {facts.REPAINT_SIGMA_LIMIT:g} "
+        "repaint faces into another "
         "person and are refused unless allow_repaint is on."
     )
     FUNCTION = "execute"
@@ -269,27 +272,28 @@ class H3KitRefineSetup:
 
     @classmethod
     def INPUT_TYPES(cls) -> dict:
-        schedules = [*pm.SIGMA_SCHEDULES, pm.MANUAL_SCHEDULE]
+        schedules = [*facts.SIGMA_SCHEDULES, facts.MANUAL_SCHEDULE]
         return {
             "required": {
                 "model": ("MODEL", {"tooltip": "The LTX-2.5 distilled refiner (UNETLoader or UnetLoaderGGUF). "
                                     "Returned unchanged."}),
-                "schedule": (schedules, {"default": "identity_0.78", "tooltip":
+                "schedule": (schedules, {"default": facts.DEFAULT_SCHEDULE, "tooltip":
                              "identity_0.78: 0.78, 0.643, 0.546, 0 (identity held, measured); identity_0.5: 0.5, 0.412, "
                              "0.350, 0 (gentler); nvidia_official: 0.909375, 0.725, 0.421875, 0 (repaints faces, needs "
                              "allow_repaint); manual: the manual_sigmas text."}),
-                "manual_sigmas": ("STRING", {"default": "0.78, 0.643, 0.546, 0", "multiline": False, "tooltip":
+                "manual_sigmas": ("STRING", {"default": facts.SIGMA_EXAMPLE, "multiline": False, "tooltip":
                                   "Used only with schedule 'manual': comma-separated, finite, in [0, 1], strictly "
                                   "descending, ending at 0."}),
                 "sampler": (available_samplers(), {"default": "euler", "tooltip":
                             "Sampler for the refine steps (euler: what the schedules were measured with)."}),
                 "allow_repaint": ("BOOLEAN", {"default": False, "tooltip":
-                                  "Allow a first sigma above 0.8. Off: refused, because at 0.85+ the refine repaints "
+                                  f"Allow a first sigma above {facts.REPAINT_SIGMA_LIMIT:g}. Off: refused, because at "
+                                  "0.85+ the refine repaints "
                                   "the face into another person (F23)."}),
             },
         }
 
-    def execute(self, model, schedule="identity_0.78", manual_sigmas="", sampler="euler", allow_repaint=False):
+    def execute(self, model, schedule=facts.DEFAULT_SCHEDULE, manual_sigmas="", sampler="euler", allow_repaint=False):
         node = type(self).__name__
         report = Report(node)
         if model is None:
@@ -313,32 +317,35 @@ class H3KitRefineSetup:
 
     def _sigmas(self, schedule: str, manual: str) -> list[float]:
         node = type(self).__name__
-        if schedule in pm.SIGMA_SCHEDULES:
-            return list(pm.SIGMA_SCHEDULES[schedule])
-        if schedule != pm.MANUAL_SCHEDULE:
+        if schedule in facts.SIGMA_SCHEDULES:
+            return list(facts.SIGMA_SCHEDULES[schedule])
+        if schedule != facts.MANUAL_SCHEDULE:
             raise H3KitInputError(node, "schedule", schedule, "unknown schedule",
-                                  f"use one of: {', '.join([*pm.SIGMA_SCHEDULES, pm.MANUAL_SCHEDULE])}")
+                                  f"use one of: {', '.join([*facts.SIGMA_SCHEDULES, facts.MANUAL_SCHEDULE])}")
         try:
-            return pm.parse_sigmas(manual if isinstance(manual, str) else str(manual))
-        except pm.SigmaError as exc:
+            return facts.parse_sigmas(manual if isinstance(manual, str) else str(manual))
+        except facts.SigmaError as exc:
             raise H3KitInputError(node, "manual_sigmas", manual, str(exc),
-                                  "write e.g. 0.78, 0.643, 0.546, 0 (finite, in [0, 1], strictly descending, ending at 0)"
+                                  f"write e.g. {facts.SIGMA_EXAMPLE} (finite, in [0, 1], strictly descending, ending at 0)"
                                   ) from None
 
     def _check_repaint(self, values: list[float], schedule: str, manual: str, allow: bool, report: Report) -> None:
         first = values[0]
-        if first <= pm.REPAINT_SIGMA_LIMIT:
+        if first <= facts.REPAINT_SIGMA_LIMIT:
             return
-        where = "manual_sigmas" if schedule == pm.MANUAL_SCHEDULE else "schedule"
-        shown = manual if schedule == pm.MANUAL_SCHEDULE else schedule
+        where = "manual_sigmas" if schedule == facts.MANUAL_SCHEDULE else "schedule"
+        shown = manual if schedule == facts.MANUAL_SCHEDULE else schedule
         if not allow:
             raise H3KitInputError(
                 type(self).__name__, where, shown,
-                f"first sigma {first:g} is above 0.8: at 0.85 and above the refine repaints the face into another "
+                f"first sigma {first:g} is above {facts.REPAINT_SIGMA_LIMIT:g}: at 0.85 and above the refine repaints "
+                "the face into another "
                 "person (F23)",
-                "use schedule identity_0.78 (measured to keep identity), or turn allow_repaint on to accept repainting",
+                f"use schedule {facts.DEFAULT_SCHEDULE} (measured to keep identity), or turn allow_repaint on to accept "
+                "repainting",
             )
-        report.warn(f"first sigma {first:g} > 0.8 allowed by allow_repaint: expect faces and details to be "
+        report.warn(f"first sigma {first:g} > {facts.REPAINT_SIGMA_LIMIT:g} allowed by allow_repaint: expect faces and "
+                    "details to be "
                     "repainted (F23)")
 
     def _sampler(self, name: str) -> Any:

@@ -12,6 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..checks import environment, schemas, server
+from ..checks.problem import FAIL, PASS, WARN, Check
+from ..checks.rules_files import FOLDER_ALIASES
+from ..checks.workflow import preflight_checks
 from .common import H3KitInputError, Report, category
 
 NODE_ID = "H3KitPreflight"
@@ -26,8 +30,7 @@ def host_locator() -> Any:
     folder_paths = host_module("folder_paths")
 
     def locate(folder: str, name: str) -> Path | None:
-        for key in {"unet_gguf": ("unet_gguf", "unet"), "diffusion_models": ("diffusion_models", "unet")}.get(
-                folder, (folder,)):
+        for key in (folder, *FOLDER_ALIASES.get(folder, ())):
             if key not in folder_paths.folder_names_and_paths:
                 continue
             path = folder_paths.get_full_path(key, name)  # resolves inside the folder only
@@ -56,44 +59,35 @@ def parse_workflow(text: str) -> dict:
     return graph
 
 
-def graph_checks(graph: dict, pasted: bool) -> list:
-    from ..scripts import doctor
-    from ..scripts.schemas import offline_schemas
+def pack_schemas() -> dict:
+    """The pinned ComfyUI schemas with this pack's own nodes (checks/ never imports nodes/: we pass them)."""
+    from . import NODE_CLASS_MAPPINGS
 
-    # The preflight node's own text (a pasted workflow) is not a prompt to lint.
-    graph = {nid: n for nid, n in graph.items() if not (isinstance(n, dict) and n.get("class_type") == NODE_ID)}
-    checks = []
-    available = host_node_ids()
-    if pasted and available is not None:
-        checks += doctor.missing_node_checks(graph, available)
-    locate = host_locator()
-    # ComfyUI validated its own prompt against this host's schemas; a pasted one is checked against the
-    # pinned ComfyUI >= 0.34 schemas.
-    checks += doctor.workflow_checks(graph, offline_schemas(), locate, on_server=available is not None,
-                                     schema_check=pasted)
-    if pasted and locate is not None:
-        checks += missing_file_checks(graph, locate)
-    return checks
+    return schemas.offline_schemas(NODE_CLASS_MAPPINGS)
 
 
-def missing_file_checks(graph: dict, locate: Any) -> list:
-    from ..scripts import doctor
-    from ..scripts.lints import model_inputs
-    from ..scripts.schemas import offline_schemas
+def pack_of(class_type: str) -> str | None:
+    from . import DISABLED_NODES
 
-    return [doctor.Check(doctor.FAIL, "model files", f"node {nid} ({ct}) {name} = '{filename}' is not in models/{folder}",
-                         f"put the file into ComfyUI/models/{folder}/ and refresh")
-            for nid, ct, name, folder, filename in model_inputs(graph, offline_schemas()) if locate(folder, filename) is None]
+    return schemas.providing_pack(class_type, DISABLED_NODES)
 
 
-def environment_checks(graph: dict) -> list:
+def graph_checks(graph: dict, pasted: bool) -> list[Check]:
+    """ComfyUI validated its own prompt against this host's schemas (schema_check off); a pasted one is
+    checked against the pinned schemas, plus this host's node list and model folders."""
+    from . import DISABLED_NODES
+
+    return preflight_checks(graph, pack_schemas(), host_locator(), host_node_ids(), DISABLED_NODES,
+                            schema_check=pasted, pack_of=pack_of, ignore=NODE_ID)
+
+
+def environment_checks(graph: dict) -> list[Check]:
     from ..adapters.host import comfyui_version
-    from ..scripts import doctor
 
-    checks = doctor.local_checks()
+    checks = environment.local_checks()
     version = comfyui_version()
     if version is not None:
-        checks.append(doctor.comfyui_version_check(version, graph))
+        checks.append(server.comfyui_version_check(version, graph))
     return checks
 
 
@@ -137,8 +131,6 @@ class H3KitPreflight:
 
     def execute(self, strict: bool = False, check_environment: bool = True, workflow_json: str = "",
                 prompt: dict | None = None, unique_id: Any = None) -> dict:
-        from ..scripts import doctor
-
         pasted = bool(workflow_json and workflow_json.strip())
         if pasted:
             graph = parse_workflow(workflow_json)
@@ -148,13 +140,13 @@ class H3KitPreflight:
             raise H3KitInputError(NODE_ID, "workflow_json", workflow_json, "empty, and ComfyUI passed no graph",
                                   "paste an API-format workflow to check")
         checks = (environment_checks(graph) if check_environment else []) + graph_checks(graph, pasted)
-        failed = [c for c in checks if c.status == doctor.FAIL]
+        failed = [c for c in checks if c.status == FAIL]
         report = Report(NODE_ID)
         report.set(source="workflow_json" if pasted else "this graph", nodes=len(graph),
-                   fail=len(failed), warn=sum(c.status == doctor.WARN for c in checks),
+                   fail=len(failed), warn=sum(c.status == WARN for c in checks),
                    checks=[{"status": c.status, "check": c.name, "detail": c.detail, "fix": c.fix} for c in checks])
         for check in checks:
-            if check.status != doctor.PASS:
+            if check.status != PASS:
                 report.warn(f"{check.status} {check.name}: {check.detail}")
         if strict and failed:
             raise H3KitInputError(NODE_ID, "strict", True, f"{len(failed)} preflight check(s) failed: " +

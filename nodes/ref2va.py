@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..checks import facts
 from .common import H3KitInputError, Report, category
 
 NODE_ID = "H3KitRef2VAPrompt"
@@ -38,7 +39,7 @@ TASK_TYPES = (
     "video continuation", "audio reuse", "audio reference",
 )
 FPS = 24
-MAX_LENGTH = 362  # 15.08 s: the longest clip H3 was trained for (field-notes §C2)
+MAX_LENGTH = facts.H3_LENGTH_MAX
 MAX_REFS = {"ref_images": 9, "ref_videos": 3, "ref_video_audios": 3, "ref_audios": 3}
 MIN_DEFINITION_WORDS = 3
 CHINESE_TAGS = ("chinese", "mandarin", "cantonese", "中文", "汉语", "漢語", "普通话", "国语", "國語")
@@ -135,16 +136,6 @@ def compose_sections(sections: dict[str, list[str]]) -> str:
     return "\n\n".join(f"{name}:\n" + "\n".join(sections[name]) for name in SECTIONS)
 
 
-def split_sections(prompt: str) -> dict[str, str]:
-    """Inverse of compose_sections for a pasted prompt: {section: body text} for the headers found."""
-    marks = [(m.group(1), m.start(), m.end()) for m in HEADER_LINE.finditer(prompt)]
-    bodies = {}
-    for i, (name, _, body_start) in enumerate(marks):
-        body_end = marks[i + 1][1] if i + 1 < len(marks) else len(prompt)
-        bodies[name] = prompt[body_start:body_end].strip()
-    return bodies
-
-
 # ----------------------------------------------------------------------------- checks
 
 
@@ -189,12 +180,12 @@ class PromptLinter:
     # -- length (F20)
     def check_length(self) -> None:
         n = self.length
-        if n < 5 or n > MAX_LENGTH or (n - 5) % 17:
-            below = max(5, 5 + (min(n, MAX_LENGTH) - 5) // 17 * 17)
-            above = min(below + 17, 5 + (MAX_LENGTH - 5) // 17 * 17)
+        if n > MAX_LENGTH or not facts.is_h3_length(n):
+            below, above = facts.nearest_h3_lengths(min(n, MAX_LENGTH))
+            above = min(above, MAX_LENGTH)
             nearest = f"{below}" if below == above or n >= MAX_LENGTH else f"{below} or {above}"
             why = (f"above the {MAX_LENGTH}-frame ceiling ({MAX_LENGTH / FPS:.2f} s)" if n > MAX_LENGTH
-                   else "not on H3's 17k+5 frame grid (5, 22, 39 ... 124, 243 ... 362)")
+                   else f"not on H3's 17k+5 frame grid (5, 22, 39 ... 124, 243 ... {MAX_LENGTH})")
             self.problems.append(PromptProblem(
                 "length", 0, str(n), f"length {n} is {why}; shot times are checked against length/24 s",
                 f"use {nearest} (243 = 10.125 s, 362 = 15.08 s)", "length"))

@@ -15,17 +15,17 @@ import json
 import os
 import re
 import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
+from ..adapters import comfy_jobs as jobs
+from ..adapters.comfy_client import ComfyClient, ComfyError, Deadline
+from ..checks.facts import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
+from ..checks.problem import printable
+
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
 SAVE_NODE = "H3KitSaveConditioning"
-POLL_S = 0.5
 
 
 class CommandError(Exception):
@@ -47,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--device", choices=("default", "cpu"), default="default", help="CLIPLoader device")
     build.add_argument("--overwrite", action="store_true", help="replace an existing cache with different content")
     build.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the encode (default %(default)s)")
+    build.add_argument("--quiet", action="store_true", help="no progress bar (it is off anyway when not a TTY)")
+    build.epilog = "exit status: 0 ok; 1 the encode failed; 2 refused; 3 timeout; 4 server unreachable"
 
     info = sub.add_parser("info", help="print a cache's metadata and verify its data")
     info.add_argument("file", help="a cache file path, or a name in the cache folder")
@@ -73,8 +75,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         return handlers[args.cond_command](args)
     except (CommandError, CacheError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        print(printable(f"error: {exc}"), file=sys.stderr)
+        return EXIT_FAILED
+    except ComfyError as exc:  # cond build: the same exit codes as run (2 refused, 3 timeout, 4 unreachable)
+        print(printable(f"error: {exc}"), file=sys.stderr)
+        return exc.exit_code
 
 
 def cache_dir(explicit: Path | None) -> Path:
@@ -99,20 +104,20 @@ def run_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    print(f"file:      {info['file']}")
-    print(f"format:    h3kit.conditioning v{info['format_version']}, written by H3Kit {info['h3kit_version']} "
-          f"at {info['created_utc']}")
-    print(f"encoder:   {info['encoder'] or '(not recorded)'}")
+    print(f"file:      {printable(info['file'])}")
+    print(f"format:    h3kit.conditioning v{info['format_version']}, written by H3Kit {printable(info['h3kit_version'], 40)} "
+          f"at {printable(info['created_utc'], 40)}")
+    print(f"encoder:   {printable(info['encoder'], 300) or '(not recorded)'}")
     print(f"prompt:    {json.dumps(info['prompt_text'])}" if info["prompt_text"] else "prompt:    (not recorded)")
     if info["prompt_sha256"]:
-        print(f"sha256:    {info['prompt_sha256']}")
+        print(f"sha256:    {printable(info['prompt_sha256'], 80)}")
     for i, entry in enumerate(info["entries"]):
         print(f"entry {i}:   tensor {entry['tensor']}")
         for key, value in entry["options"].items():
-            print(f"  {key}: {json.dumps(value)}")
+            print(f"  {printable(key, 100)}: {json.dumps(value)[:300]}")
     print("data:      every tensor matches its checksum")
     for warning in info["warnings"]:
-        print(f"warning:   {warning}")
+        print(f"warning:   {printable(warning, 300)}")
     return 0
 
 
@@ -128,32 +133,36 @@ def _named_file(folder: Path, name: str) -> Path:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from ..nodes.cond_cache_format import CacheError, check_metadata, list_cache_names, read_header
+    from ..nodes.cond_cache_format import CacheError, check_cache_header, list_cache_names
 
     folder = cache_dir(args.dir)
     rows = []
     for name in list_cache_names([folder]):
         path = folder / name
-        row: dict[str, Any] = {"name": name, "bytes": path.stat().st_size}
-        try:
-            header, metadata = read_header(path)
-            check_metadata(path, header, metadata)
+        row: dict[str, Any] = {"name": name, "bytes": 0}
+        try:  # one bad file is one NOT USABLE row, never the end of the listing
+            row["bytes"] = path.stat().st_size
+            metadata = check_cache_header(path)
             row.update({key: metadata.get(key, "") for key in ("created_utc", "encoder", "prompt_text")})
         except CacheError as exc:
             row["problem"] = exc.problem
+        except OSError as exc:
+            row["problem"] = f"cannot be read ({exc.strerror or exc})"
         rows.append(row)
     if args.json:
         print(json.dumps({"folder": str(folder), "caches": rows}, indent=2))
         return 0
-    print(f"{folder}: {len(rows)} cache(s)" if folder.is_dir() else f"{folder}: folder does not exist yet")
+    print(f"{printable(folder)}: {len(rows)} cache(s)" if folder.is_dir() else f"{printable(folder)}: folder does not exist yet")
     for row in rows:
         size = f"{row['bytes'] / 2**20:7.1f} MiB"
+        name = printable(row["name"])
         if "problem" in row:
-            print(f"  {row['name']}  {size}  NOT USABLE: {row['problem']}")
+            print(f"  {name}  {size}  NOT USABLE: {printable(row['problem'], limit=1000)}")
             continue
         prompt = row["prompt_text"].replace("\n", " ")
         prompt = (prompt[:60] + "...") if len(prompt) > 60 else prompt
-        print(f"  {row['name']}  {size}  {row['created_utc']}  {row['encoder'] or '-'}  {json.dumps(prompt)}")
+        print(f"  {name}  {size}  {printable(row['created_utc'], 40)}  {printable(row['encoder'], 80) or '-'}  "
+              f"{json.dumps(prompt)}")
     return 0
 
 
@@ -214,100 +223,84 @@ def build_graph(text: str, clip: str, clip_type: str, device: str, name: str, ov
 
 
 def run_build(args: argparse.Namespace) -> int:
-    server = args.server if "://" in args.server else f"http://{args.server}"
+    """Encode through the server; exit 0 ok, 1 the encode failed, 2 refused (no such encoder/node, rejected
+    graph), 3 timeout, 4 unreachable (the same codes as `run`)."""
     text = args.text if args.text is not None else args.text_file.read_text(encoding="utf-8")
     if not text.strip():
-        raise CommandError("the prompt is empty; pass --text or --text-file")
-    _preflight(server, args.clip, args.type)
+        raise jobs.Rejected("the prompt is empty; pass --text or --text-file")
     graph = build_graph(text, args.clip, args.type, args.device, args.name, args.overwrite)
-    status, body = _http(server, "/prompt", {"prompt": graph, "client_id": uuid.uuid4().hex})
-    if status != 200 or (body or {}).get("node_errors"):
-        raise CommandError(f"ComfyUI rejected the graph ({status}): {_rejection_text(body)}")
-    prompt_id = body["prompt_id"]
-    print(f"queued prompt {prompt_id} on {server}: CLIPLoader({args.clip}) -> CLIPTextEncode -> {SAVE_NODE}")
-    entry = _wait(server, prompt_id, args.timeout)
-    messages = entry.get("status", {}).get("messages", [])
-    if entry["status"].get("status_str") != "success":
-        raise CommandError(f"the encode failed in ComfyUI: {_execution_error(messages)}")
-    lines = entry.get("outputs", {}).get("3", {}).get("text", [])
-    cached = any(event == "execution_cached" and "3" in data.get("nodes", []) for event, data in messages)
-    if cached:
-        print("ComfyUI reused its cached result: the cache file is already up to date")
-    for line in lines:
-        print(line)
-    if not lines and not cached:
-        raise CommandError(f"the prompt finished but {SAVE_NODE} reported nothing; check the ComfyUI console")
-    return 0
-
-
-def _preflight(server: str, clip: str, clip_type: str) -> None:
-    save_info = _get(server, f"/object_info/{SAVE_NODE}")
-    if SAVE_NODE not in save_info:
-        raise CommandError(f"the ComfyUI at {server} has no {SAVE_NODE}: install H3Kit into its custom_nodes and restart it")
-    loader = _get(server, "/object_info/CLIPLoader").get("CLIPLoader", {}).get("input", {}).get("required", {})
-    files = loader.get("clip_name", [[]])[0]
-    types = loader.get("type", [[]])[0]
-    if isinstance(files, list) and clip not in files:
-        shown = ", ".join(files[:30]) or "(none: put the encoder file in ComfyUI/models/text_encoders)"
-        raise CommandError(f"the server has no text encoder '{clip}'; it has: {shown}")
-    if isinstance(types, list) and clip_type not in types:
-        raise CommandError(f"this ComfyUI's CLIPLoader has no type '{clip_type}' (needs a newer ComfyUI?); "
-                           f"it has: {', '.join(types)}")
-
-
-def _get(server: str, route: str) -> Any:
-    status, body = _http(server, route)
-    if status != 200:
-        raise CommandError(f"GET {route} answered {status}")
-    return body or {}
-
-
-def _http(server: str, route: str, payload: dict | None = None, timeout: float = 60.0) -> tuple[int, Any]:
-    url = server.rstrip("/") + route
-    data = json.dumps(payload).encode("utf-8") if payload is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as err:
-        raw = err.read()
+    deadline = Deadline(args.timeout)
+    with ComfyClient(args.server, deadline=deadline) as client:
+        _preflight(client, args.clip, args.type)
+        client_id = uuid.uuid4().hex
+        ws, _ = jobs.open_events(client, client_id)
+        bar = jobs.ProgressBar(graph, "cond build", 0, args.quiet, _say)
         try:
-            return err.code, json.loads(raw) if raw else None
-        except json.JSONDecodeError:
-            return err.code, raw.decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError) as exc:
-        raise CommandError(f"cannot reach ComfyUI at {url}: {exc}. Is the server running?") from exc
+            prompt_id = jobs.submit(client, graph, client_id, lambda t: _say("", f"WARN  {t}"), strict=True)
+            _say("", f"queued prompt {prompt_id} on {client.server}: CLIPLoader({args.clip}) -> CLIPTextEncode -> "
+                 f"{SAVE_NODE}")
+            outcome = jobs.wait_for_prompt(client, prompt_id, bar, deadline, ws)
+        finally:
+            bar.close()
+    return _build_result(outcome, prompt_id, args.timeout)
 
 
-def _rejection_text(body: Any) -> str:
-    if not isinstance(body, dict):
-        return str(body)
-    parts = []
-    error = body.get("error")
-    if isinstance(error, dict):
-        parts.append(f"{error.get('message', '')} {error.get('details', '')}".strip())
-    for node_id, info in (body.get("node_errors") or {}).items():
-        for item in info.get("errors", []):
-            parts.append(f"node {node_id} ({info.get('class_type')}): {item.get('message')}: {item.get('details')}")
-    return "; ".join(p for p in parts if p) or json.dumps(body)[:500]
+def _say(label: str, text: str) -> None:
+    print(printable(f"{label}{text}"), flush=True)
 
 
-def _wait(server: str, prompt_id: str, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        entry = _get(server, f"/history/{urllib.parse.quote(prompt_id)}").get(prompt_id)
-        if entry and entry.get("status", {}).get("status_str") in ("success", "error"):
-            return entry
-        time.sleep(POLL_S)
-    raise CommandError(f"prompt {prompt_id} did not finish within {timeout:.0f} s; it may still be running "
-                       "(see the ComfyUI queue), or raise --timeout")
+def _error(text: str) -> None:
+    print(printable(f"error: {text}"), file=sys.stderr, flush=True)
+
+
+def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:
+    if outcome.state == "timeout":
+        _error(f"TIMEOUT: prompt {prompt_id} did not finish within {timeout:.0f} s: {outcome.note}; raise --timeout")
+        return EXIT_TIMEOUT
+    if outcome.state == "unreachable":
+        _error(f"UNREACHABLE: {outcome.note}")
+        return EXIT_UNREACHABLE
+    if outcome.state != "success":
+        detail = outcome.note or _execution_error(jobs.message_pairs(outcome.entry or {}))
+        _error(f"the encode failed in ComfyUI: {detail}")
+        return EXIT_FAILED
+    entry = outcome.entry
+    outputs = entry.get("outputs") if isinstance(entry.get("outputs"), dict) else {}
+    save = outputs.get("3") if isinstance(outputs.get("3"), dict) else {}
+    lines = [line for line in save.get("text", []) if isinstance(line, str)] if isinstance(save.get("text"), list) else []
+    cached = "3" in jobs.timing_of(entry).cached
+    if cached:
+        _say("", "ComfyUI reused its cached result: the cache file is already up to date")
+    for line in lines:
+        _say("", line)
+    if not lines and not cached:
+        _error(f"the prompt finished but {SAVE_NODE} reported nothing; check the ComfyUI console")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _preflight(client: ComfyClient, clip: str, clip_type: str) -> None:
+    save_info = client.get_json(f"/object_info/{SAVE_NODE}")
+    if not isinstance(save_info, dict) or SAVE_NODE not in save_info:
+        raise jobs.Rejected(f"the ComfyUI at {client.server} has no {SAVE_NODE}: install H3Kit into its custom_nodes "
+                            "and restart it")
+    info = client.get_json("/object_info/CLIPLoader")
+    loader = info.get("CLIPLoader", {}).get("input", {}).get("required", {}) if isinstance(info, dict) else {}
+    files = (loader.get("clip_name") or [[]])[0]
+    types = (loader.get("type") or [[]])[0]
+    if isinstance(files, list) and clip not in files:
+        shown = ", ".join(map(str, files[:30])) or "(none: put the encoder file in ComfyUI/models/text_encoders)"
+        raise jobs.Rejected(f"the server has no text encoder '{clip}'; it has: {printable(shown, 2000)}")
+    if isinstance(types, list) and clip_type not in types:
+        raise jobs.Rejected(f"this ComfyUI's CLIPLoader has no type '{clip_type}' (needs a newer ComfyUI?); "
+                            f"it has: {printable(', '.join(map(str, types)), 2000)}")
 
 
 def _execution_error(messages: list) -> str:
     for event, data in messages:
         if event == "execution_error":
-            return f"{data.get('node_type')} (node {data.get('node_id')}): {data.get('exception_message', '').strip()}"
+            return printable(f"{data.get('node_type')} (node {data.get('node_id')}): "
+                             f"{str(data.get('exception_message', '')).strip()}", 1000)
         if event == "execution_interrupted":
             return "the prompt was interrupted"
     return "no error message in /history; check the ComfyUI console"

@@ -1,101 +1,27 @@
-"""Node schemas in the shape of ComfyUI's GET /object_info, from three sources:
-H3Kit's own classes, the pinned core file workflows/schemas/comfyui-core.json, or a live server."""
+"""Schemas for the CLI: the pinned core file + this pack's own node classes (checks/schemas.py does the
+work; this module only supplies the pack's registry, which checks/ never imports)."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-PACK_ROOT = Path(__file__).resolve().parent.parent
-WORKFLOWS_DIR = PACK_ROOT / "workflows"
-API_WORKFLOWS_DIR = WORKFLOWS_DIR / "api"
-CORE_SCHEMA_FILE = WORKFLOWS_DIR / "schemas" / "comfyui-core.json"
-H3KIT_PACK = "H3Kit (this pack)"
-
-# Nodes that published H3/LTX graphs use but neither core nor H3Kit provides: who provides them.
-KNOWN_THIRD_PARTY = {
-    "LoadConditioningT": "ComfyUI-CondCache (use H3KitLoadConditioning instead)",
-    "SaveConditioningT": "ComfyUI-CondCache (use H3KitSaveConditioning instead)",
-    "SpectrumApplyMiniMaxH3": "xmarre/ComfyUI-Spectrum-MiniMax-H3",
-    "UnetLoaderGGUF": "city96/ComfyUI-GGUF",
-    "CLIPLoaderGGUF": "city96/ComfyUI-GGUF",
-    "VHS_VideoCombine": "Kosinkadink/ComfyUI-VideoHelperSuite",
-    "VHS_LoadVideo": "Kosinkadink/ComfyUI-VideoHelperSuite",
-    "MiniMaxLowVRAMAttention": "kijai/ComfyUI-KJNodes",
-    "MiniMaxH3SolEngineDraftToLTXT8Advanced": "T8mars/comfyui-minimax-h3-audio-T8 (use H3KitDraftToLTX instead)",
-    "MiniMaxH3SolEngineLTXIdentityRefinerSetupT8Advanced": "T8mars/comfyui-minimax-h3-audio-T8 (use H3KitRefineSetup instead)",
-}
-
-
-def class_info(node_id: str, cls: type) -> dict[str, Any]:
-    """The /object_info entry ComfyUI derives from a classic (V1) node class."""
-    spec = cls.INPUT_TYPES()
-    sections = {key: dict(spec.get(key, {})) for key in ("required", "optional", "hidden") if spec.get(key)}
-    outputs = list(cls.RETURN_TYPES)
-    return {
-        "input": sections,
-        "input_order": {key: list(value) for key, value in sections.items()},
-        "output": outputs,
-        "output_name": list(getattr(cls, "RETURN_NAMES", outputs)),
-        "output_is_list": list(getattr(cls, "OUTPUT_IS_LIST", [False] * len(outputs))),
-        "output_node": bool(getattr(cls, "OUTPUT_NODE", False)),
-        "name": node_id,
-        "display_name": getattr(cls, "DISPLAY_NAME", node_id),
-        "description": getattr(cls, "DESCRIPTION", ""),
-        "category": cls.CATEGORY,
-        "python_module": "custom_nodes.h3kit",
-        "pack": H3KIT_PACK,
-    }
-
-
-def h3kit_schemas() -> dict[str, dict[str, Any]]:
-    from ..nodes import NODE_CLASS_MAPPINGS
-
-    return {node_id: class_info(node_id, cls) for node_id, cls in NODE_CLASS_MAPPINGS.items()}
-
-
-@lru_cache(maxsize=1)
-def core_document() -> dict[str, Any]:
-    return json.loads(CORE_SCHEMA_FILE.read_text(encoding="utf-8"))
+from ..checks import schemas as core
+from ..checks.schemas import API_WORKFLOWS_DIR, H3KIT_PACK, WORKFLOWS_DIR  # noqa: F401 - the CLI's paths
 
 
 def offline_schemas() -> dict[str, dict[str, Any]]:
-    """Pinned core schemas overlaid with H3Kit's own (ours win: they are read from the code)."""
-    return {**core_document()["nodes"], **h3kit_schemas()}
+    from ..nodes import NODE_CLASS_MAPPINGS
 
-
-class ServerUnreachable(RuntimeError):
-    pass
-
-
-def fetch_json(server: str, route: str, timeout: float = 30.0) -> Any:
-    url = server.rstrip("/") + route
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return json.loads(response.read().decode("utf-8"))
-    except (urllib.error.URLError, OSError) as exc:
-        raise ServerUnreachable(f"cannot reach ComfyUI at {url}: {exc}. Is the server running?") from exc
-
-
-def server_schemas(server: str) -> dict[str, dict[str, Any]]:
-    return fetch_json(server, "/object_info")
+    return core.offline_schemas(NODE_CLASS_MAPPINGS)
 
 
 def providing_pack(class_type: str) -> str | None:
-    """Which pack provides a node this host lacks, when we know it."""
-    if class_type.startswith("H3Kit"):
-        from ..nodes import DISABLED_NODES
+    from ..nodes import DISABLED_NODES
 
-        missing = [pkg for pkg, node_ids in DISABLED_NODES.items() if class_type in node_ids]
-        if missing:
-            return f"the optional package(s) {', '.join(missing)} that H3Kit's {class_type} needs (pip install {' '.join(missing)})"
-        return H3KIT_PACK
-    core = core_document()["nodes"].get(class_type)
-    if core is not None:
-        pack = core.get("pack", "core")
-        return f"ComfyUI core >= {core['since']}" if pack == "core" and core.get("since") else pack
-    return KNOWN_THIRD_PARTY.get(class_type)
+    return core.providing_pack(class_type, DISABLED_NODES)
+
+
+def disabled_nodes() -> dict[str, list[str]]:
+    from ..nodes import DISABLED_NODES
+
+    return DISABLED_NODES

@@ -6,7 +6,7 @@ import io
 
 from PIL import Image, ImageDraw, ImageFont
 
-WIDTH, HEIGHT = 400, 400  # the template card shows a square image
+WIDTH, HEIGHT = 512, 320  # the template card is 16:10; a square image is cropped under the badge
 BACKGROUND = (32, 33, 36)
 STAGE_FILL = {
     "H3 draft": (44, 84, 112), "handoff": (104, 40, 100), "LTX refine": (78, 78, 120),
@@ -15,7 +15,7 @@ STAGE_FILL = {
 TEXT = (235, 235, 235)
 MUTED = (185, 185, 185)
 ARROW = (230, 200, 90)
-MAX_ROWS = 10
+MAX_ROWS = 7
 
 
 def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:

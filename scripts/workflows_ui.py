@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..adapters.files import write_bytes
+from ..checks.graph import input_kind, is_link
 from . import schemas as schema_src
-from .validate import input_kind, is_link
 
 GENERATOR = "h3kit workflows ui 1"
 WIDGET_KINDS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "COMFY_DYNAMICCOMBO_V3"}
@@ -451,24 +450,25 @@ def expected_files(api_dir: Path, out_dir: Path, schemas: dict) -> dict[Path, by
     return files
 
 
-def thumbnail_fingerprint(data: bytes) -> str | None:
-    """The source fingerprint stored in a thumbnail's JPEG comment (None when absent)."""
+def thumbnail_identity(data: bytes) -> tuple[str | None, tuple[int, int]]:
+    """The source fingerprint stored in a thumbnail's JPEG comment (None when absent) and its size."""
     import io
 
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as image:
         comment = image.info.get("comment")
-    return comment.decode() if isinstance(comment, bytes) else comment
+        size = image.size
+    return (comment.decode() if isinstance(comment, bytes) else comment), size
 
 
 def is_current(path: Path, content: bytes) -> bool:
-    """JSON must match byte for byte; a JPEG must carry the same source fingerprint (its pixels depend on
-    the Pillow build, its fingerprint only on the graph and the generator)."""
+    """JSON must match byte for byte; a JPEG must carry the same source fingerprint and size (its pixels
+    depend on the Pillow build, its fingerprint only on the graph and the generator)."""
     if not path.is_file():
         return False
     if path.suffix == ".jpg":
-        return thumbnail_fingerprint(path.read_bytes()) == thumbnail_fingerprint(content)
+        return thumbnail_identity(path.read_bytes()) == thumbnail_identity(content)
     return path.read_bytes() == content
 
 
@@ -483,17 +483,7 @@ def stale_files(api_dir: Path, out_dir: Path, schemas: dict) -> list[str]:
 
 
 def write_atomic(path: Path, content: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; generated files are ordinary repo files
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_bytes(path, content, overwrite=True)  # the one atomic writer: adapters/files.py
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,10 +12,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
+
+from h3kit.adapters.comfy_client import ComfyClient, ComfyError
 
 PACK_ROOT = Path(__file__).resolve().parent.parent
 PACK_LINK_NAME = "H3Kit"
@@ -72,7 +72,7 @@ class ComfyUIServer:
             try:
                 self.get("/system_stats", timeout=2)
                 return
-            except (urllib.error.URLError, OSError):
+            except ComfyError:
                 time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"ComfyUI did not answer within {START_TIMEOUT_S} s:\n{self.log()[-4000:]}")
@@ -89,23 +89,21 @@ class ComfyUIServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def client(self, timeout: float = 30) -> ComfyClient:
+        """The pack's own HTTP client (adapters/comfy_client.py) pointed at this server."""
+        return ComfyClient(self.url, connect_timeout=timeout, read_timeout=timeout)
+
     def get(self, route: str, timeout: float = 30) -> object:
-        with urllib.request.urlopen(self.url + route, timeout=timeout) as response:
-            return json.loads(response.read())
+        with self.client(timeout) as client:
+            return client.get_json(route)
 
     def post(self, route: str, payload: dict, timeout: float = 30) -> tuple[int, object]:
-        request = urllib.request.Request(
-            self.url + route, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                body = response.read()
-                return response.status, json.loads(body) if body else None
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"null")
+        with self.client(timeout) as client:
+            return client.post_json(route, payload)
 
     def object_info(self) -> dict:
-        return self.get("/object_info")
+        with self.client() as client:
+            return client.object_info()
 
     def submit(self, graph: dict) -> tuple[int, dict]:
         return self.post("/prompt", {"prompt": graph, "client_id": uuid.uuid4().hex})

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from h3kit import NODE_CLASS_MAPPINGS
-from h3kit.scripts.schemas import class_info
+from h3kit.checks.schemas import class_info
 
 pytestmark = pytest.mark.comfyui
 

@@ -439,10 +439,10 @@ def make_bad_file(kind: str, path: Path) -> None:
 
 
 BAD_FILES = {
-    "empty": "too short", "random_bytes": "not a complete safetensors", "truncated_in_length_field": "too short",
-    "truncated_in_header": "not a complete safetensors", "truncated_in_data": "truncated",
-    "corrupt_header_json": "corrupt safetensors header", "corrupt_tensor_data": "checksum",
-    "trailing_garbage": "after the last tensor", "foreign_model": "not an H3Kit conditioning cache",
+    "empty": "too short", "random_bytes": "not a usable safetensors file", "truncated_in_length_field": "too short",
+    "truncated_in_header": "truncated", "truncated_in_data": "truncated",
+    "corrupt_header_json": "not UTF-8 text", "corrupt_tensor_data": "checksum",
+    "trailing_garbage": "follow the last tensor", "foreign_model": "not an H3Kit conditioning cache",
     "foreign_ltxv_conditioning": "LTXVLoadConditioning", "future_version": "newer H3Kit",
     "table_mismatch": "tensor table", "corrupt_structure": "corrupt structure",
 }

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from h3kit.adapters import comfy_jobs
 from h3kit.nodes import cond_cache_format as fmt
 from h3kit.scripts import cond
 from test_conditioning_cache import assert_identical, h3_like, ltx_like
@@ -182,7 +183,7 @@ class StubComfyUI:
 
 @pytest.fixture
 def stub(monkeypatch):
-    monkeypatch.setattr(cond, "POLL_S", 0.01)
+    monkeypatch.setattr(comfy_jobs, "POLL_INTERVAL_S", 0.01)
     server = StubComfyUI()
     yield server
     server.close()
@@ -214,7 +215,7 @@ def test_build_reads_the_prompt_byte_exact_from_a_file(stub, tmp_path):
 
 
 def test_build_names_the_missing_text_encoder_and_what_exists(stub, capsys):
-    assert run_cond("build", "--server", stub.url, "--text", "x", "--clip", "nope.safetensors", "--name", "r") == 1
+    assert run_cond("build", "--server", stub.url, "--text", "x", "--clip", "nope.safetensors", "--name", "r") == 2
     err = capsys.readouterr().err
     assert "nope.safetensors" in err and "gemma.safetensors" in err
     assert stub.posted == []
@@ -222,12 +223,12 @@ def test_build_names_the_missing_text_encoder_and_what_exists(stub, capsys):
 
 def test_build_rejects_an_unknown_clip_type(stub, capsys):
     assert run_cond("build", "--server", stub.url, "--text", "x", "--clip", "gemma.safetensors",
-                    "--type", "ltx25", "--name", "r") == 1
+                    "--type", "ltx25", "--name", "r") == 2
     assert "ltx25" in capsys.readouterr().err
 
 
 def test_build_reports_the_execution_error(monkeypatch, capsys):
-    monkeypatch.setattr(cond, "POLL_S", 0.01)
+    monkeypatch.setattr(comfy_jobs, "POLL_INTERVAL_S", 0.01)
     server = StubComfyUI(outcome="error")
     try:
         assert run_cond("build", "--server", server.url, "--text", "x", "--clip", "gemma.safetensors",
@@ -241,5 +242,5 @@ def test_build_without_a_server_says_it_cannot_reach_it(capsys):
     stub = StubComfyUI()
     url = stub.url
     stub.close()
-    assert run_cond("build", "--server", url, "--text", "x", "--clip", "g", "--name", "r") == 1
+    assert run_cond("build", "--server", url, "--text", "x", "--clip", "g", "--name", "r") == 4
     assert "cannot reach ComfyUI" in capsys.readouterr().err

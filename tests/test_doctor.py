@@ -8,7 +8,9 @@ import types
 from pathlib import Path
 
 import pytest
-from h3kit.scripts import doctor, lints, rules
+from h3kit.checks import environment, rules, rules_files, rules_lints, server
+from h3kit.checks.problem import FAIL, PASS, WARN
+from h3kit.scripts import doctor
 from h3kit.scripts.schemas import offline_schemas
 
 SCHEMAS = offline_schemas()
@@ -40,7 +42,7 @@ def refine_graph(sigmas: str = "0.78, 0.643, 0.546, 0", latent_from: str = "LTXV
 
 def all_rules(graph: dict) -> list:
     """What validate and doctor apply: every rule in RULES (issue 3's grid rules and these lints)."""
-    return lints.run_lints(graph, SCHEMAS, rules.RULES)
+    return [problem for rule in rules.RULES for problem in rule(graph, SCHEMAS)]
 
 
 def at(problems, node_id: str, input_name: str) -> list:
@@ -50,18 +52,18 @@ def at(problems, node_id: str, input_name: str) -> list:
 # --- F23 refine first sigma -----------------------------------------------------------------------
 
 def test_f23_refine_starting_above_cliff_is_an_error():
-    problems = lints.lint_refine_first_sigma(refine_graph("0.909375, 0.725, 0.421875, 0"), SCHEMAS)
+    problems = rules_lints.lint_refine_first_sigma(refine_graph("0.909375, 0.725, 0.421875, 0"), SCHEMAS)
     assert [p.severity for p in problems] == ["error"]
     assert problems[0].node_id == "5" and "F23" in problems[0].message and "0.909375" in problems[0].message
 
 
 def test_f23_identity_schedule_passes():
-    assert lints.lint_refine_first_sigma(refine_graph("0.78, 0.643, 0.546, 0"), SCHEMAS) == []
+    assert rules_lints.lint_refine_first_sigma(refine_graph("0.78, 0.643, 0.546, 0"), SCHEMAS) == []
 
 
 def test_f23_first_sigma_of_a_draft_from_an_empty_latent_is_not_a_refine():
     graph = refine_graph("1.0, 0.9, 0.5, 0", latent_from="EmptyLTXVLatentVideo")
-    assert lints.lint_refine_first_sigma(graph, SCHEMAS) == []
+    assert rules_lints.lint_refine_first_sigma(graph, SCHEMAS) == []
 
 
 def refine_setup_graph(**inputs) -> dict:
@@ -103,17 +105,17 @@ def h3_graph(prompt: str = "a cat", width: int = 672, height: int = 384, length:
 
 @pytest.mark.parametrize("prompt", ["embedding:minimaxh3_bullet_time a man jumps", "  embedding:x a man"])
 def test_f15_marker_at_prompt_start_warns(prompt):
-    problems = lints.lint_effect_marker_position(h3_graph(prompt), SCHEMAS)
+    problems = rules_lints.lint_effect_marker_position(h3_graph(prompt), SCHEMAS)
     assert any("F15" in p.message and "start" in p.message for p in problems)
 
 
 def test_f15_marker_mid_sentence_is_fine():
     prompt = "integrated_multimodal_description: [Shot 1] embedding:minimaxh3_bullet_time a man jumps"
-    assert lints.lint_effect_marker_position(h3_graph(prompt), SCHEMAS) == []
+    assert rules_lints.lint_effect_marker_position(h3_graph(prompt), SCHEMAS) == []
 
 
 def test_f15_marker_glued_to_text_is_literal():
-    problems = lints.lint_effect_marker_position(h3_graph("[Shot 1] (embedding:x:1.2) a man"), SCHEMAS)
+    problems = rules_lints.lint_effect_marker_position(h3_graph("[Shot 1] (embedding:x:1.2) a man"), SCHEMAS)
     assert len(problems) == 1 and "literal" in problems[0].message
 
 
@@ -137,7 +139,7 @@ def lora_graph(lora: str, sampler: str) -> dict:
     ("my_style.safetensors", "euler", False),
 ])
 def test_f27_sampler_lora_family(lora, sampler, flagged):
-    problems = lints.lint_sampler_lora_family(lora_graph(lora, sampler), SCHEMAS)
+    problems = rules_lints.lint_sampler_lora_family(lora_graph(lora, sampler), SCHEMAS)
     assert bool(problems) == flagged
     if flagged:
         assert "F27" in problems[0].message and problems[0].node_id == "6"
@@ -208,18 +210,18 @@ def spectrum_graph(warmup: int, steps: int) -> dict:
 
 
 def test_f16_spectrum_warmup_at_or_above_steps_never_forecasts():
-    problems = lints.lint_spectrum_warmup(spectrum_graph(5, 4), SCHEMAS)
+    problems = rules_lints.lint_spectrum_warmup(spectrum_graph(5, 4), SCHEMAS)
     assert len(problems) == 1 and "F16" in problems[0].message and problems[0].severity == "warning"
 
 
 def test_f16_spectrum_with_room_to_forecast_passes():
-    assert lints.lint_spectrum_warmup(spectrum_graph(5, 14), SCHEMAS) == []
+    assert rules_lints.lint_spectrum_warmup(spectrum_graph(5, 14), SCHEMAS) == []
 
 
 def test_f16_disabled_spectrum_is_ignored():
     graph = spectrum_graph(5, 4)
     graph["14"]["inputs"]["enabled"] = False
-    assert lints.lint_spectrum_warmup(graph, SCHEMAS) == []
+    assert rules_lints.lint_spectrum_warmup(graph, SCHEMAS) == []
 
 
 # --- F13 safetensors headers, embedding widths ---------------------------------------------------
@@ -254,7 +256,7 @@ def header_graph() -> dict:
 
 def test_f13_quantized_file_without_quantization_metadata_is_an_error(tmp_path):
     write_safetensors(tmp_path / "diffusion_models" / "h3_nvfp4.safetensors", NVFP4_TENSORS, {"format": "pt"})
-    problems = lints.safetensors_lint(lints.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
     f13 = [p for p in problems if "F13" in p.message]
     assert len(f13) == 1 and f13[0].node_id == "4" and f13[0].severity == "error"
 
@@ -262,7 +264,7 @@ def test_f13_quantized_file_without_quantization_metadata_is_an_error(tmp_path):
 def test_f13_quantized_file_with_metadata_passes(tmp_path):
     write_safetensors(tmp_path / "diffusion_models" / "h3_nvfp4.safetensors", NVFP4_TENSORS,
                       {"_quantization_metadata": "{}"})
-    problems = lints.safetensors_lint(lints.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
     assert not [p for p in problems if p.node_id == "4"]
 
 
@@ -270,110 +272,110 @@ def test_f13_truncated_file_is_reported(tmp_path):
     target = tmp_path / "diffusion_models" / "h3_nvfp4.safetensors"
     target.parent.mkdir(parents=True)
     target.write_bytes(struct.pack("<Q", 10_000) + b"{}")
-    problems = lints.safetensors_lint(lints.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
     assert any(p.node_id == "4" and "does not fit" in p.message for p in problems)
 
 
 def test_f14_vae_without_metadata_is_an_error(tmp_path):
     write_safetensors(tmp_path / "vae" / "h3_vae.safetensors", {"w": ("F16", [2])}, None)
-    problems = lints.safetensors_lint(lints.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
     assert any(p.node_id == "2" and "F14" in p.message and p.severity == "error" for p in problems)
 
 
 @pytest.mark.parametrize(("width", "flagged"), [(4096, True), (5120, False)])
 def test_f15_embedding_width_must_match_h3(tmp_path, width, flagged):
     write_safetensors(tmp_path / "embeddings" / "fx.safetensors", {"qwen3vl_32b": ("F16", [3, width])}, {})
-    problems = lints.safetensors_lint(lints.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
     assert any("wide" in p.message for p in problems) == flagged
 
 
 def test_missing_embedding_is_reported(tmp_path):
-    problems = lints.safetensors_lint(lints.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
     assert any("not in models/embeddings" in p.message for p in problems)
 
 
 def test_locator_never_escapes_the_models_folder(tmp_path):
     (tmp_path / "secret.safetensors").write_bytes(b"x")
-    locate = lints.folder_locator(tmp_path / "models")
+    locate = rules_files.folder_locator(tmp_path / "models")
     assert locate("vae", "../../secret.safetensors") is None
 
 
 def test_graph_lints_are_registered_in_validate_rules():
-    for lint in lints.GRAPH_LINTS:
+    for lint in rules_lints.GRAPH_LINTS:
         assert lint in rules.RULES
 
 
 # --- environment checks -----------------------------------------------------------------------
 
 def test_f12_cuda_12_torch_warns_and_names_the_fix():
-    check = doctor.torch_cuda_check("2.11.0+cu128", "12.8")
-    assert check.status == doctor.WARN and "F12" in check.detail and "cu130" in check.fix
-    assert doctor.torch_cuda_check("2.13.0+cu130", "13.0").status == doctor.PASS
+    check = environment.torch_cuda_check("2.11.0+cu128", "12.8")
+    assert check.status == WARN and "F12" in check.detail and "cu130" in check.fix
+    assert environment.torch_cuda_check("2.13.0+cu130", "13.0").status == PASS
 
 
 def test_f12_kitchen_registry_without_nvfp4_gemm_warns():
     registry = types.SimpleNamespace(is_enabled=lambda name: False, list_functions=lambda: ["quantize_nvfp4"])
-    state = doctor.kitchen_registry_state(types.SimpleNamespace(registry=registry))
+    state = environment.kitchen_registry_state(types.SimpleNamespace(registry=registry))
     assert state == {"cuda_enabled": False, "capabilities": 1, "scaled_mm_nvfp4": False}
-    checks = doctor.kitchen_checks("0.2.31", state)
-    assert [c.status for c in checks] == [doctor.PASS, doctor.WARN] and "F12" in checks[1].detail
+    checks = environment.kitchen_checks("0.2.31", state)
+    assert [c.status for c in checks] == [PASS, WARN] and "F12" in checks[1].detail
 
 
 def test_old_kitchen_fails():
-    assert doctor.kitchen_checks("0.2.26", None)[0].status == doctor.FAIL
+    assert environment.kitchen_checks("0.2.26", None)[0].status == FAIL
 
 
 def test_server_torch_tag_cuda_major():
-    assert doctor.cuda_major_from_torch_tag("2.11.0+cu128") == 12
-    assert doctor.server_torch_check("2.11.0+cu128").status == doctor.WARN
-    assert doctor.server_torch_check("2.9.1+cpu").status == doctor.PASS
+    assert environment.cuda_major_from_torch_tag("2.11.0+cu128") == 12
+    assert server.server_torch_check("2.11.0+cu128").status == WARN
+    assert server.server_torch_check("2.9.1+cpu").status == PASS
 
 
 @pytest.mark.parametrize(("sage", "cap", "status"), [
-    ("2.2.0", (7, 5), doctor.FAIL),
-    ("1.0.6", (12, 0), doctor.WARN),
-    ("1.0.6", (7, 5), doctor.PASS),
-    ("2.2.0+cu130torch2.10.0", (12, 0), doctor.PASS),
+    ("2.2.0", (7, 5), FAIL),
+    ("1.0.6", (12, 0), WARN),
+    ("1.0.6", (7, 5), PASS),
+    ("2.2.0+cu130torch2.10.0", (12, 0), PASS),
 ])
 def test_f28_sageattention_version_vs_architecture(sage, cap, status):
-    checks = doctor.sage_checks(sage, None, cap, 13)
+    checks = environment.sage_checks(sage, None, cap, 13)
     assert checks[0].status == status
 
 
 def test_f28_sageattn3_is_flagged_as_a_separate_package():
-    checks = doctor.sage_checks(None, "1.0.0", (12, 0), 13)
-    assert checks[-1].status == doctor.WARN and "F28" in checks[-1].detail
+    checks = environment.sage_checks(None, "1.0.0", (12, 0), 13)
+    assert checks[-1].status == WARN and "F28" in checks[-1].detail
 
 
 def test_gpu_without_bf16_warns():
-    assert doctor.gpu_check((7, 5), "RTX 2080 Ti", False).status == doctor.WARN
-    assert doctor.gpu_check((9, 0), "H200", True).status == doctor.PASS
+    assert environment.gpu_check((7, 5), "RTX 2080 Ti", False).status == WARN
+    assert environment.gpu_check((9, 0), "H200", True).status == PASS
 
 
 def test_triton_cache_location_from_env(tmp_path):
     (tmp_path / "a").mkdir()
-    check = doctor.triton_check({"TRITON_CACHE_DIR": str(tmp_path)})
+    check = environment.triton_check({"TRITON_CACHE_DIR": str(tmp_path)})
     assert str(tmp_path) in check.detail and "1 entries" in check.detail
 
 
 # --- server-side checks (pure parts) -----------------------------------------------------------
 
 def test_f01_old_comfyui_fails_for_the_two_stage_refine():
-    check = doctor.comfyui_version_check("0.3.64", refine_graph())
-    assert check.status == doctor.FAIL and "F01" in check.detail and "0.34.0" in check.fix
+    check = server.comfyui_version_check("0.3.64", refine_graph())
+    assert check.status == FAIL and "F01" in check.detail and "0.34.0" in check.fix
 
 
 def test_f01_old_comfyui_only_warns_without_a_workflow_or_refine():
-    assert doctor.comfyui_version_check("0.3.64", None).status == doctor.WARN
-    assert doctor.comfyui_version_check("0.3.64", h3_graph()).status == doctor.WARN
-    assert doctor.comfyui_version_check("0.34.0", refine_graph()).status == doctor.PASS
+    assert server.comfyui_version_check("0.3.64", None).status == WARN
+    assert server.comfyui_version_check("0.3.64", h3_graph()).status == WARN
+    assert server.comfyui_version_check("0.34.0", refine_graph()).status == PASS
 
 
 def test_f35_missing_nodes_name_the_providing_pack():
     graph = spectrum_graph(1, 14)
-    checks = doctor.missing_node_checks(graph, [n["class_type"] for n in graph.values()
+    checks = server.missing_node_checks(graph, [n["class_type"] for n in graph.values()
                                                 if n["class_type"] != "SpectrumApplyMiniMaxH3"])
-    assert len(checks) == 1 and checks[0].status == doctor.FAIL
+    assert len(checks) == 1 and checks[0].status == FAIL
     assert "SpectrumApplyMiniMaxH3" in checks[0].detail and "xmarre/ComfyUI-Spectrum-MiniMax-H3" in checks[0].fix
 
 
@@ -384,7 +386,7 @@ def test_doctor_offline_workflow_exit_status(tmp_path, capsys):
     doctor.add_arguments(parser)
     code = doctor.run(parser.parse_args(["--workflow", str(path), "--no-local", "--json"]))
     report = json.loads(capsys.readouterr().out)
-    assert code == 1 and any("F23" in c["detail"] for c in report["checks"])
+    assert code == 2 and any("F23" in c["detail"] for c in report["checks"])  # README: 2 = workflow errors
 
 
 # --- H3KitPreflight node ------------------------------------------------------------------------

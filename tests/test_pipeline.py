@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 from h3kit.adapters.host import HostUnavailable
-from h3kit.nodes import pipeline_math as pm
+from h3kit.checks import facts as pm
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.pipeline import H3KitDraftToLTX, H3KitFrameGuard, H3KitLatentGuard, H3KitRefineSetup
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import h3kit
 import pytest
+from h3kit.checks.validator import validate_file
 from h3kit.scripts import schemas as schema_src
-from h3kit.scripts.validate import validate_file
 
 API_DIR = Path(h3kit.__file__).resolve().parent / "workflows" / "api"
 TWO_STAGE = ["h3_ltx_two_stage.json", "h3_ltx_two_stage_cached_cond.json", "h3_ltx_two_stage_turing.json",

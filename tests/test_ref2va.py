@@ -8,17 +8,25 @@ from pathlib import Path
 
 import h3kit
 import pytest
+from h3kit.checks.validator import validate_file, validate_graph
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.ref2va import (
+    HEADER_LINE,
     SECTIONS,
     H3KitRef2VAPrompt,
     build_prompt,
-    split_sections,
     to_simplified,
     traditional_characters,
 )
 from h3kit.scripts import schemas
-from h3kit.scripts.validate import validate_file, validate_graph
+
+
+def split_sections(prompt: str) -> dict[str, str]:
+    """Inverse of the node's section layout for a composed prompt: {section: body text} (test helper)."""
+    marks = [(m.group(1), m.start(), m.end()) for m in HEADER_LINE.finditer(prompt)]
+    return {name: prompt[start:(marks[i + 1][1] if i + 1 < len(marks) else len(prompt))].strip()
+            for i, (name, _, start) in enumerate(marks)}
+
 
 PACK = Path(h3kit.__file__).resolve().parent
 DATA = Path(__file__).parent / "data"
@@ -363,7 +371,7 @@ def _two_characters(offline):
 
 
 def _rule_errors(graph, offline):
-    from h3kit.scripts.rules import RULES
+    from h3kit.checks.rules import RULES
 
     found = [p for p in validate_graph(graph, offline) if p.severity == "error"]
     for rule in RULES:

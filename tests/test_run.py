@@ -14,8 +14,15 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from h3kit.adapters import comfy_jobs
+from h3kit.adapters.comfy_client import safe_basename
+from h3kit.adapters.files import free_name
+from h3kit.checks.expect import Expect, expected_video
+from h3kit.checks.graph_edit import GraphEditError, apply_seed, apply_sets, job_seeds
+from h3kit.checks.media import verify_video
+from h3kit.checks.problem import FAIL, PASS, WARN
+from h3kit.kernels.mux import read_mp4
 from h3kit.scripts import run as runmod
-from h3kit.scripts.doctor import FAIL, PASS, WARN
 
 # --- generated videos ---------------------------------------------------------------------------
 
@@ -63,47 +70,47 @@ def statuses(checks, name: str) -> list[str]:
     return [c.status for c in checks if c.name == name]
 
 
-GOOD = runmod.Expect(64, 64, 9, True)
+GOOD = Expect(64, 64, 9, True)
 
 
 def test_good_video_passes(tmp_path):
-    checks = runmod.verify_video(make_video(tmp_path / "good.mp4", moving_frames(), tone()), GOOD)
+    checks = verify_video(make_video(tmp_path / "good.mp4", moving_frames(), tone()), GOOD)
     assert all(c.status == PASS for c in checks), [c.line() for c in checks]
     assert {c.name for c in checks} == {"video", "size", "frames", "audio"}
 
 
 def test_f10_black_video_fails(tmp_path):
     frames = np.zeros((9, 64, 64, 3), np.uint8)
-    checks = runmod.verify_video(make_video(tmp_path / "black.mp4", frames, tone()), GOOD)
+    checks = verify_video(make_video(tmp_path / "black.mp4", frames, tone()), GOOD)
     assert statuses(checks, "video") == [FAIL] and "black" in checks[0].detail
 
 
 def test_solid_colour_video_fails(tmp_path):
     frames = np.full((9, 64, 64, 3), 128, np.uint8)
-    checks = runmod.verify_video(make_video(tmp_path / "grey.mp4", frames, tone()), GOOD)
+    checks = verify_video(make_video(tmp_path / "grey.mp4", frames, tone()), GOOD)
     assert statuses(checks, "video") == [FAIL] and "solid" in checks[0].detail
 
 
 def test_still_video_warns(tmp_path):
     frames = np.repeat(moving_frames(1), 9, axis=0)
-    checks = runmod.verify_video(make_video(tmp_path / "still.mp4", frames, tone()), GOOD)
+    checks = verify_video(make_video(tmp_path / "still.mp4", frames, tone()), GOOD)
     assert statuses(checks, "video") == [WARN] and "same picture" in checks[0].detail
 
 
 def test_f21_silent_audio_fails(tmp_path):
-    checks = runmod.verify_video(make_video(tmp_path / "silent.mp4", moving_frames(), np.zeros(6000)), GOOD)
+    checks = verify_video(make_video(tmp_path / "silent.mp4", moving_frames(), np.zeros(6000)), GOOD)
     assert statuses(checks, "audio") == [FAIL] and "silent" in checks[-1].detail
 
 
 def test_f21_missing_audio_stream_fails_when_the_graph_muxes_audio(tmp_path):
     path = make_video(tmp_path / "mute.mp4", moving_frames())
-    assert statuses(runmod.verify_video(path, GOOD), "audio") == [FAIL]
-    assert statuses(runmod.verify_video(path, runmod.Expect(64, 64, 9, False)), "audio") == [PASS]
+    assert statuses(verify_video(path, GOOD), "audio") == [FAIL]
+    assert statuses(verify_video(path, Expect(64, 64, 9, False)), "audio") == [PASS]
 
 
 def test_f19_f20_wrong_size_and_frame_count_fail(tmp_path):
     path = make_video(tmp_path / "small.mp4", moving_frames(8, (64, 32)), tone())
-    checks = runmod.verify_video(path, GOOD)
+    checks = verify_video(path, GOOD)
     assert statuses(checks, "size") == [FAIL] and "F19" in [c for c in checks if c.name == "size"][0].detail
     assert statuses(checks, "frames") == [FAIL]
 
@@ -111,7 +118,7 @@ def test_f19_f20_wrong_size_and_frame_count_fail(tmp_path):
 def test_undecodable_file_fails(tmp_path):
     path = tmp_path / "junk.mp4"
     path.write_bytes(b"not a video")
-    assert statuses(runmod.verify_video(path, GOOD), "video") == [FAIL]
+    assert statuses(verify_video(path, GOOD), "video") == [FAIL]
 
 
 # --- expectations from the graph ----------------------------------------------------------------
@@ -135,14 +142,14 @@ def video_graph(audio: bool = True) -> dict:
 
 
 def test_expected_geometry_follows_the_handoff():
-    assert runmod.expected_video(video_graph(), "5") == runmod.Expect(64, 64, 9, True)
-    assert runmod.expected_video(video_graph(audio=False), "5").audio is False
+    assert expected_video(video_graph(), "5") == Expect(64, 64, 9, True)
+    assert expected_video(video_graph(audio=False), "5").audio is False
 
 
 def test_f21_audio_decoded_but_not_muxed_is_expected():
     graph = video_graph()
     del graph["4"]["inputs"]["audio"]
-    assert runmod.expected_video(graph, "5").audio is None  # decoded, not muxed: a missing stream FAILs
+    assert expected_video(graph, "5").audio is None  # decoded, not muxed: a missing stream FAILs
 
 
 def test_two_stage_geometry_doubles_through_the_upsampler():
@@ -159,7 +166,7 @@ def test_two_stage_geometry_doubles_through_the_upsampler():
         "9": {"class_type": "CreateVideo", "inputs": {"images": ["8", 0], "fps": 24.0}},
         "10": {"class_type": "SaveVideo", "inputs": {"video": ["9", 0]}},
     }
-    assert runmod.expected_video(graph, "10") == runmod.Expect(1344, 768, 121, False)
+    assert expected_video(graph, "10") == Expect(1344, 768, 121, False)
 
 
 # --- graph edits --------------------------------------------------------------------------------
@@ -167,20 +174,20 @@ def test_two_stage_geometry_doubles_through_the_upsampler():
 def test_set_and_seed_edits():
     graph = {"1": {"class_type": "RandomNoise", "inputs": {"noise_seed": 5}, "_meta": {"title": "noise"}},
              "2": {"class_type": "KSampler", "inputs": {"seed": 5, "steps": 4}}}
-    runmod.apply_sets(graph, ["noise.noise_seed=9", "2.steps=8", "2.format.codec=h264"])
+    apply_sets(graph, ["noise.noise_seed=9", "2.steps=8", "2.format.codec=h264"])
     assert graph["1"]["inputs"]["noise_seed"] == 9 and graph["2"]["inputs"]["steps"] == 8
     assert graph["2"]["inputs"]["format.codec"] == "h264"
-    assert runmod.job_seeds(graph, "7", 3, None) == [7, 8, 9]
-    assert runmod.job_seeds(graph, None, 2, None) == [None, 10]
-    runmod.apply_seed(graph, 42)
+    assert job_seeds(graph, "7", 3, None) == [7, 8, 9]
+    assert job_seeds(graph, None, 2, None) == [None, 10]
+    apply_seed(graph, 42)
     assert graph["1"]["inputs"]["noise_seed"] == 42 and graph["2"]["inputs"]["seed"] == 42
-    with pytest.raises(runmod.Rejected):
-        runmod.apply_sets(graph, ["nonode.x=1"])
+    with pytest.raises(GraphEditError):
+        apply_sets(graph, ["nonode.x=1"])
 
 
-def test_downloads_never_overwrite(tmp_path):
+def test_downloads_never_overwrite_and_never_leave_the_folder(tmp_path):
     (tmp_path / "a.mp4").write_bytes(b"mine")
-    assert runmod.unique_path(tmp_path, "../a.mp4") == tmp_path / "a_1.mp4"
+    assert free_name(tmp_path, safe_basename("../a.mp4")) == tmp_path / "a-1.mp4"
 
 
 # --- a fake ComfyUI -----------------------------------------------------------------------------
@@ -302,7 +309,7 @@ def good_video(tmp_path) -> bytes:
 
 @pytest.fixture(autouse=True)
 def fast_polling(monkeypatch):
-    monkeypatch.setattr(runmod, "POLL_INTERVAL_S", 0.02)
+    monkeypatch.setattr(comfy_jobs, "POLL_INTERVAL_S", 0.02)
 
 
 def test_f26_502_while_queued_keeps_waiting_and_succeeds(workflow, good_video, tmp_path, capsys):
@@ -313,7 +320,7 @@ def test_f26_502_while_queued_keeps_waiting_and_succeeds(workflow, good_video, t
     finally:
         fake.close()
     out = capsys.readouterr().out
-    assert code == runmod.EXIT_OK, out
+    assert code == 0, out
     assert "HTTP 502" in out and "execution time 2.500 s" in out and "cached nodes: 0 of 3" in out
     assert (tmp_path / "out" / "p1" / "t_00001_.mp4").read_bytes() == good_video
 
@@ -326,7 +333,7 @@ def test_f26_timeout_while_the_server_holds_the_job_is_not_a_failure(workflow, g
     finally:
         fake.close()
     out = capsys.readouterr().out
-    assert code == runmod.EXIT_TIMEOUT and "still holds the job (running)" in out and "/queue" in fake.calls
+    assert code == 3 and "still holds the job (running)" in out and "/queue" in fake.calls
 
 
 def test_job_neither_queued_nor_in_history_is_lost(workflow, capsys, tmp_path):
@@ -335,7 +342,7 @@ def test_job_neither_queued_nor_in_history_is_lost(workflow, capsys, tmp_path):
         code = run_cli([str(workflow), "--server", fake.url, "--timeout", "0.3", "--out", str(tmp_path)])
     finally:
         fake.close()
-    assert code == runmod.EXIT_EXEC_ERROR and "neither holds" in capsys.readouterr().out
+    assert code == 1 and "neither holds" in capsys.readouterr().out
 
 
 def test_f17_full_cache_hit_warns(workflow, good_video, capsys, tmp_path):
@@ -345,7 +352,7 @@ def test_f17_full_cache_hit_warns(workflow, good_video, capsys, tmp_path):
     finally:
         fake.close()
     out = capsys.readouterr().out
-    assert code == runmod.EXIT_OK and "cached nodes: 3 of 3" in out and "WARN  cache hit" in out and "F17" in out
+    assert code == 0 and "cached nodes: 3 of 3" in out and "WARN  cache hit" in out and "F17" in out
 
 
 def test_execution_error_exits_1_and_names_the_node(workflow, capsys, tmp_path):
@@ -355,7 +362,7 @@ def test_execution_error_exits_1_and_names_the_node(workflow, capsys, tmp_path):
     finally:
         fake.close()
     out = capsys.readouterr().out
-    assert code == runmod.EXIT_EXEC_ERROR and "node 2 (CreateVideo)" in out and "boom" in out
+    assert code == 1 and "node 2 (CreateVideo)" in out and "boom" in out
 
 
 def test_black_output_exits_1(workflow, capsys, tmp_path):
@@ -365,7 +372,7 @@ def test_black_output_exits_1(workflow, capsys, tmp_path):
         code = run_cli([str(workflow), "--server", fake.url, "--out", str(tmp_path / "o")])
     finally:
         fake.close()
-    assert code == runmod.EXIT_EXEC_ERROR and "black" in capsys.readouterr().out
+    assert code == 1 and "black" in capsys.readouterr().out
 
 
 def test_invalid_graph_is_rejected_before_submitting(tmp_path, capsys):
@@ -377,7 +384,7 @@ def test_invalid_graph_is_rejected_before_submitting(tmp_path, capsys):
         code = run_cli([str(path), "--server", fake.url])
     finally:
         fake.close()
-    assert code == runmod.EXIT_REJECTED and fake.posted == []
+    assert code == 2 and fake.posted == []
     assert "xmarre/ComfyUI-Spectrum-MiniMax-H3" in capsys.readouterr().out
 
 
@@ -388,14 +395,14 @@ def test_server_rejection_exits_2(workflow, capsys, tmp_path):
     finally:
         fake.close()
     out = capsys.readouterr().out
-    assert code == runmod.EXIT_REJECTED and "node 3 (SaveVideo)" in out
+    assert code == 2 and "node 3 (SaveVideo)" in out
 
 
 def test_unreachable_server_exits_4(workflow, capsys):
     fake = FakeComfy()
     url = fake.url
     fake.close()
-    assert run_cli([str(workflow), "--server", url]) == runmod.EXIT_UNREACHABLE
+    assert run_cli([str(workflow), "--server", url]) == 4
     assert "UNREACHABLE" in capsys.readouterr().out
 
 
@@ -413,7 +420,7 @@ def test_fan_out_gives_each_job_its_own_seed(tmp_path, good_video, capsys):
         for fake in fakes:
             fake.close()
     seeds = sorted(p["prompt"]["4"]["inputs"]["noise_seed"] for f in fakes for p in f.posted)
-    assert code == runmod.EXIT_OK and seeds == [100, 101, 102, 103]
+    assert code == 0 and seeds == [100, 101, 102, 103]
     assert [len(f.posted) for f in fakes] == [2, 2]
 
 
@@ -433,7 +440,7 @@ def test_websocket_client_missing_falls_back_to_polling_and_says_so(workflow, go
         code = run_cli([str(workflow), "--server", fake.url, "--out", str(tmp_path)])
     finally:
         fake.close()
-    assert code == runmod.EXIT_OK and "websocket-client is not installed" in capsys.readouterr().out
+    assert code == 0 and "websocket-client is not installed" in capsys.readouterr().out
 
 
 # --- tier (b): a real ComfyUI -------------------------------------------------------------------
@@ -476,16 +483,16 @@ def test_run_end_to_end_on_real_comfyui_then_cache_hit(comfyui_server, tmp_path,
     argv = [str(path), "--server", comfyui_server.url, "--out", str(tmp_path / "out"), "--timeout", "240",
             "--upload", f"picture a={write_png(tmp_path / 'a.png', 0)}", "--upload", f"2={write_png(tmp_path / 'b.png', 7)}",
             "--upload", f"5={write_wav(tmp_path / 'tone.wav')}"]
-    assert run_cli(argv) == runmod.EXIT_OK, capsys.readouterr().out
+    assert run_cli(argv) == 0, capsys.readouterr().out
     first = capsys.readouterr().out
     assert "PASS  video: " in first and "9 frames decode" in first
     assert "PASS  size: " in first and "64x64" in first and "PASS  frames: " in first
     assert "PASS  audio: " in first and "execution time " in first and "cached nodes: 0 of 8" in first
     assert "cache hit" not in first
     downloaded = list((tmp_path / "out").rglob("*.mp4"))
-    assert len(downloaded) == 1 and runmod.video_stats(downloaded[0])["frames"] == 9
+    assert len(downloaded) == 1 and read_mp4(downloaded[0]).frames == 9
 
-    assert run_cli(argv) == runmod.EXIT_OK
+    assert run_cli(argv) == 0
     second = capsys.readouterr().out
     assert "cached nodes: 8 of 8" in second and "WARN  cache hit" in second and "F17" in second
 
@@ -507,7 +514,7 @@ def test_doctor_reports_old_comfyui_as_fail_for_the_two_stage_refine(comfyui_ser
     doctor.add_arguments(parser)
     code = doctor.run(parser.parse_args(["--server", comfyui_server.url, "--workflow", str(path), "--no-local"]))
     out = capsys.readouterr().out
-    assert code == 1
+    assert code == 2  # the worst: the graph leaves H3KitDraftToLTX's frame_policy/fit/fps unset (2) > server FAILs (1)
     version_line = next(line for line in out.splitlines() if line.startswith("FAIL  comfyui version"))
     assert "0.3.64" in version_line and "older than 0.34.0" in version_line and "F01" in version_line
     assert "two-stage refine" in version_line

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from h3kit.adapters import bf16_convert
 from h3kit.scripts import convert
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -43,10 +44,10 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 def test_f14_metadata_and_names_survive_and_f06_bf16_becomes_fp16(tmp_path, monkeypatch):
-    monkeypatch.setattr(convert, "CHUNK_ELEMENTS", 100)  # force several chunks per tensor
+    monkeypatch.setattr(bf16_convert, "CHUNK_ELEMENTS", 100)  # force several chunks per tensor
     source, tensors = _source(tmp_path)
     out = tmp_path / "vae_fp16.safetensors"
-    result = convert.bf16_to_fp16(source, out)
+    result = bf16_convert.bf16_to_fp16(source, out)
     written, metadata = _read(out)
     assert result.written and metadata == METADATA
     assert set(written) == set(tensors)
@@ -77,7 +78,7 @@ def test_overflow_is_refused_naming_the_tensor_and_nothing_is_written(tmp_path):
 def test_clamp_writes_fp16_max(tmp_path):
     source, _ = _source(tmp_path, {"huge": torch.tensor([1.0, -70000.0]).bfloat16()})
     out = tmp_path / "out.safetensors"
-    result = convert.bf16_to_fp16(source, out, clamp=True)
+    result = bf16_convert.bf16_to_fp16(source, out, clamp=True)
     written, _ = _read(out)
     assert torch.equal(written["huge"], torch.tensor([1.0, -65504.0], dtype=torch.float16))
     assert next(r for r in result.tensors if r.name == "huge").clamped == 1
@@ -87,20 +88,20 @@ def test_refuses_existing_output_and_same_file(tmp_path):
     source, _ = _source(tmp_path)
     out = tmp_path / "out.safetensors"
     out.write_bytes(b"user file")
-    with pytest.raises(convert.ConvertError, match="--overwrite"):
-        convert.bf16_to_fp16(source, out)
+    with pytest.raises(bf16_convert.ConvertError, match="--overwrite"):
+        bf16_convert.bf16_to_fp16(source, out)
     assert out.read_bytes() == b"user file"
-    with pytest.raises(convert.ConvertError, match="same file"):
-        convert.bf16_to_fp16(source, tmp_path / "." / source.name, overwrite=True)
-    convert.bf16_to_fp16(source, out, overwrite=True)
+    with pytest.raises(bf16_convert.ConvertError, match="same file"):
+        bf16_convert.bf16_to_fp16(source, tmp_path / "." / source.name, overwrite=True)
+    bf16_convert.bf16_to_fp16(source, out, overwrite=True)
     assert _read(out)[1] == METADATA
 
 
 def test_not_a_safetensors_file_is_a_clear_error(tmp_path):
     bogus = tmp_path / "model.safetensors"
     bogus.write_bytes(b"\x00" * 4)
-    with pytest.raises(convert.ConvertError, match="not a safetensors file"):
-        convert.bf16_to_fp16(bogus, tmp_path / "out.safetensors")
+    with pytest.raises(bf16_convert.ConvertError, match="not a safetensors file the safetensors library would load"):
+        bf16_convert.bf16_to_fp16(bogus, tmp_path / "out.safetensors")
 
 
 @pytest.mark.parametrize("existing", [False, True])
@@ -111,16 +112,16 @@ def test_interrupted_write_leaves_no_partial_output(tmp_path, monkeypatch, exist
         out.write_bytes(b"previous result")
     calls = []
 
-    def interrupted(src, dst, plan):
+    def interrupted(src, dst, plan, progress):
         calls.append(plan.name)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real_copy(src, dst, plan)
+        return real_copy(src, dst, plan, progress)
 
-    real_copy = convert.copy_tensor
-    monkeypatch.setattr(convert, "copy_tensor", interrupted)
+    real_copy = bf16_convert.copy_tensor
+    monkeypatch.setattr(bf16_convert, "copy_tensor", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        convert.bf16_to_fp16(source, out, overwrite=True)
+        bf16_convert.bf16_to_fp16(source, out, overwrite=True)
     assert _leftovers(tmp_path) == []
     assert out.read_bytes() == b"previous result" if existing else not out.exists()
 

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from h3kit.checks import schemas as core_schemas
+from h3kit.checks.validator import validate_graph
 from h3kit.scripts import schemas
-from h3kit.scripts.validate import validate_graph
 
 DATA = Path(__file__).parent / "data"
 
@@ -41,10 +42,10 @@ def test_good_graph_has_no_problems(offline):
     assert validate_graph(GOOD, offline) == []
 
 
-def test_hand_made_broken_graph_reports_every_problem_and_exits_1():
+def test_hand_made_broken_graph_reports_every_problem_and_exits_2():
     result = subprocess.run([sys.executable, "-m", "h3kit", "validate", str(DATA / "broken_graph.json")],
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1
+    assert result.returncode == 2  # README: 2 = rejected by validation
     out = result.stdout
     assert "node 2 (ImageScaleFancyPlus)" in out and "unknown node type" in out
     assert "node 3 (ImageScale) input 'image'" in out and "node 42" in out
@@ -150,7 +151,7 @@ def test_server_mode_unreachable_exits_4(tmp_path):
 
 
 def test_core_schema_file_is_pinned_to_a_version():
-    doc = schemas.core_document()
+    doc = core_schemas.core_document()
     assert doc["comfyui_version"] and doc["sources"]
     for name, info in doc["nodes"].items():
         assert {"input", "output", "output_node"} <= set(info), name

@@ -209,7 +209,7 @@ def test_thumbnail_is_a_small_diagram_of_the_graph(name):
     assert len(data) < 60_000
     with Image.open(io.BytesIO(data)) as image:
         assert image.format == "JPEG"
-        assert 200 <= image.width <= 800 and 200 <= image.height <= 800
+        assert image.size == (512, 320)  # the template card is 16:10; a square image hides under its badge
         spread = ImageStat.Stat(image.convert("L")).stddev[0]
     assert spread > 10, "thumbnail is (nearly) blank"
 
@@ -235,3 +235,17 @@ def test_check_reports_stale_copy_and_generate_fixes_it(tmp_path: Path, capsys):
     assert cli_main([*args, "--check"]) == 1
     out = capsys.readouterr().out
     assert "g.json: stale" in out and "g.jpg: stale" in out
+
+
+def test_thumbnail_of_the_wrong_size_is_stale(tmp_path: Path, capsys):
+    api_dir, out_dir = tmp_path / "api", tmp_path
+    api_dir.mkdir()
+    shutil.copy(API_DIR / f"{NAMES[0]}.json", api_dir / "g.json")
+    args = ["workflows", "ui", "--api-dir", str(api_dir), "--out-dir", str(out_dir)]
+    assert cli_main(args) == 0
+    with Image.open(out_dir / "g.jpg") as image:
+        comment = image.info["comment"]
+        image.resize((400, 400)).save(out_dir / "g.jpg", format="JPEG", comment=comment)  # same fingerprint
+    capsys.readouterr()
+    assert cli_main([*args, "--check"]) == 1
+    assert "g.jpg: stale" in capsys.readouterr().out

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 
-from .validate import Problem, input_kind, is_link
+from .graph import input_kind, is_link
+from .problem import Problem
 
 REF2VA = "MiniMaxH3ReferenceToVideo"
 PROMPT_NODE = "H3KitRef2VAPrompt"

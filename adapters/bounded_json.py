@@ -1,0 +1,78 @@
+"""JSON from files, users and servers with documented bounds: a clear error, never a RecursionError.
+
+Python's json module turns deep nesting into RecursionError, a number over 4,300 digits into a bare
+ValueError and invalid UTF-8 into UnicodeDecodeError; and code that walks the parsed value recursively can
+overflow the stack even when parsing succeeded. `loads` checks all of it up front and raises one error type.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_DEPTH = 100  # nesting of workflows (4-6 levels) and cache structures (about 6) stays far below
+MAX_INT_DIGITS = 4300  # Python's own int-from-text limit (sys.get_int_max_str_digits default)
+
+
+class JSONLimitError(ValueError):
+    """Text that is not JSON, or JSON beyond a documented bound; the message says which and where."""
+
+
+def loads(data: str | bytes | bytearray | memoryview, what: str, *, max_depth: int = MAX_DEPTH,
+          max_bytes: int | None = None) -> Any:
+    """Parse `data` (UTF-8 when bytes); `what` names the source in messages ("the workflow file x.json")."""
+    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
+    if max_bytes is not None and size > max_bytes:
+        raise JSONLimitError(f"{what} is {size} bytes; at most {max_bytes} are accepted")
+    text = data if isinstance(data, str) else _utf8(bytes(data), what)
+    try:
+        value = json.loads(text, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        raise JSONLimitError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
+    except RecursionError as exc:
+        raise JSONLimitError(f"{what} nests deeper than {max_depth} levels") from exc
+    except _TooManyDigits as exc:
+        raise JSONLimitError(f"{what} holds a number with {exc.args[0]} digits; at most {MAX_INT_DIGITS} are "
+                             "accepted") from exc
+    depth = nesting_depth(value, max_depth)
+    if depth > max_depth:
+        raise JSONLimitError(f"{what} nests deeper than {max_depth} levels")
+    return value
+
+
+def nesting_depth(value: Any, limit: int) -> int:
+    """Depth of lists/dicts in `value` (a scalar is 0), counted without recursion; stops once past `limit`."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, (list, tuple)):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+class _TooManyDigits(Exception):
+    pass
+
+
+def _parse_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _TooManyDigits(digits)
+    return int(text)
+
+
+def _utf8(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")  # a byte-order mark from Windows editors is harmless
+    except UnicodeDecodeError as exc:
+        raise JSONLimitError(f"{what} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save "
+                             "it as UTF-8") from exc

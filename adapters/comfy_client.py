@@ -1,0 +1,373 @@
+"""The one ComfyUI HTTP + websocket client (requests + websocket-client), used by `run`, `cond build`,
+`validate --server`, `doctor --server` and the tier-b test harness.
+
+What a server can do to us is bounded here, once:
+- every call has a connect and a read timeout, and (optionally) a total deadline: a server that trickles
+  one byte a second is cut off when the deadline passes, not when it finishes;
+- redirects are followed only to the same origin (scheme, host, port); anything else is refused;
+- JSON bodies and downloads are streamed with a byte cap; downloads go straight to disk through the
+  atomic writer (adapters/files.py), never into memory;
+- websocket frames larger than the cap are refused before their payload is read;
+- ids and names the server chooses (prompt_id, filenames, subfolders) pass `safe_id` / `safe_basename`
+  before they touch a path.
+Errors are `ComfyError`s carrying the documented exit code (checks/facts.py): unreachable 4, timeout 3,
+anything else the server did wrong 1.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.parse
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_UNREACHABLE
+from ..checks.problem import printable
+from .files import write_new
+
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
+MAX_JSON_BYTES = 64 * 1024 * 1024  # /history, /queue, /prompt answers; /object_info gets its own cap
+MAX_OBJECT_INFO_BYTES = 256 * 1024 * 1024  # a host with many node packs answers tens of MB
+MAX_DOWNLOAD_BYTES = 16 * 1024**3  # one output file; run --max-download overrides
+MAX_WS_MESSAGE_BYTES = 8 * 1024 * 1024  # progress/status events are small; previews are binary and skipped
+MAX_REDIRECTS = 5
+CHUNK = 256 * 1024
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+REDIRECT_CODES = {301, 302, 303, 307, 308}
+
+
+class ComfyError(RuntimeError):
+    """Something between us and the server went wrong; `exit_code` is the documented status."""
+
+    exit_code = EXIT_FAILED
+
+
+class Unreachable(ComfyError):
+    exit_code = EXIT_UNREACHABLE
+
+
+class TimedOut(ComfyError):
+    exit_code = EXIT_TIMEOUT
+
+
+class BadServerURL(ComfyError, ValueError):
+    exit_code = EXIT_INVALID
+
+
+class BadResponse(ComfyError):
+    """The server answered something we refuse: too large, not JSON, a foreign redirect, an unsafe name."""
+
+
+class HTTPStatusError(ComfyError):
+    def __init__(self, status: int, body: Any, url: str):
+        super().__init__(f"HTTP {status} from {url}: {printable(body, 300)}")
+        self.status, self.body = status, body
+
+
+# --------------------------------------------------------------------------------------- names and URLs
+def normalise_server(url: str) -> str:
+    """'127.0.0.1:8188' -> 'http://127.0.0.1:8188'; only http(s), a host, no query: else BadServerURL."""
+    text = str(url).strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadServerURL(f"'{printable(url, 100)}' is not a ComfyUI address; give http://HOST:PORT "
+                           "(e.g. http://127.0.0.1:8188)")
+    if parts.query or parts.fragment:
+        raise BadServerURL(f"'{printable(url, 100)}': give the server's base URL without '?' or '#' parts")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise BadServerURL(f"'{printable(url, 100)}': {exc}") from None
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+def safe_id(value: Any, what: str = "prompt_id") -> str:
+    """A server-chosen id used as an identifier (and possibly a folder name): letters, digits, . _ -,
+    at most 128 characters, never '.', '..' or a path. Anything else is a BadResponse."""
+    if isinstance(value, str) and SAFE_ID.fullmatch(value) and ".." not in value:
+        return value
+    raise BadResponse(f"the server sent {what} {printable(repr(value), 80)}, which is not a plain identifier; "
+                      "refusing to use it")
+
+
+_UNSAFE_NAME_CHARS = re.compile(r"[^\w .()+,=@\[\]-]")
+
+
+def safe_basename(name: Any, what: str = "filename") -> str:
+    """The last path component of a server-chosen file name, with anything unsafe replaced: it can only
+    name a file inside the folder we chose. Empty, '.', '..' or non-text names are a BadResponse."""
+    if not isinstance(name, str) or "\x00" in name:
+        raise BadResponse(f"the server sent {what} {printable(repr(name), 80)}, which is not a file name")
+    base = re.split(r"[\\/]", name)[-1].strip()
+    base = _UNSAFE_NAME_CHARS.sub("_", printable(base))
+    if base in ("", ".", ".."):
+        raise BadResponse(f"the server sent {what} {printable(repr(name), 80)}, which names no file")
+    if base.startswith("."):
+        base = "_" + base[1:]
+    stem, dot, suffix = base.rpartition(".")
+    if len(base.encode()) > 200:  # file systems allow 255 bytes; leave room for -1, -2 ... suffixes
+        keep = suffix[:16] if dot else ""
+        base = (stem if dot else base).encode()[:180].decode(errors="ignore") + (f".{keep}" if keep else "")
+    return base
+
+
+# ------------------------------------------------------------------------------------------- the client
+class Deadline:
+    """A total time budget; `None` seconds means no limit."""
+
+    def __init__(self, seconds: float | None):
+        self.end = None if seconds is None else time.monotonic() + max(float(seconds), 0.0)
+
+    def remaining(self) -> float | None:
+        return None if self.end is None else self.end - time.monotonic()
+
+    def expired(self) -> bool:
+        remaining = self.remaining()
+        return remaining is not None and remaining <= 0
+
+    def cap(self, seconds: float) -> float:
+        remaining = self.remaining()
+        return seconds if remaining is None else max(min(seconds, remaining), 0.01)
+
+
+class ComfyClient:
+    def __init__(self, server: str, connect_timeout: float = CONNECT_TIMEOUT_S,
+                 read_timeout: float = READ_TIMEOUT_S, deadline: Deadline | None = None):
+        import requests
+
+        self.server = normalise_server(server)
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self.deadline = deadline or Deadline(None)
+        self.session = requests.Session()
+        self.session.trust_env = False  # a proxy from the environment must not see or redirect local traffic
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> ComfyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- low level
+    def _timeouts(self) -> tuple[float, float]:
+        if self.deadline.expired():
+            raise TimedOut(f"the time limit ran out before asking {self.server}")
+        return self.deadline.cap(self.connect_timeout), self.deadline.cap(self.read_timeout)
+
+    def _send(self, method: str, route: str, **kwargs: Any):
+        """One request with same-origin redirects only; returns the streaming response (caller closes it)."""
+        import requests
+
+        url = self.server + route
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                response = self.session.request(method, url, stream=True, allow_redirects=False,
+                                                timeout=self._timeouts(), **kwargs)
+            except requests.exceptions.ConnectTimeout as exc:
+                raise Unreachable(f"cannot reach ComfyUI at {self.server}: no answer to the connection "
+                                  f"within {self.connect_timeout:g} s. Is the server running?") from exc
+            except requests.exceptions.ConnectionError as exc:
+                if isinstance(exc, requests.exceptions.ReadTimeout):
+                    raise TimedOut(f"{self.server}{route} did not answer in time") from exc
+                raise Unreachable(f"cannot reach ComfyUI at {self.server}: {printable(exc, 200)}. "
+                                  "Is the server running, and is the address right?") from exc
+            except requests.exceptions.Timeout as exc:
+                raise TimedOut(f"{self.server}{route} did not answer in time") from exc
+            except requests.exceptions.RequestException as exc:
+                raise BadResponse(f"{self.server}{route}: {printable(exc, 200)}") from exc
+            if response.status_code not in REDIRECT_CODES:
+                return response
+            location = response.headers.get("Location", "")
+            response.close()
+            target = urllib.parse.urljoin(url, location)
+            if origin(target) != origin(self.server):
+                raise BadResponse(f"{self.server}{route} redirects to {printable(target, 200)}, another origin; "
+                                  "refused (only redirects within the server's own address are followed)")
+            url = target
+            if response.status_code == 303:
+                method, kwargs = "GET", {k: v for k, v in kwargs.items() if k not in ("data", "json", "files")}
+        raise BadResponse(f"{self.server}{route}: more than {MAX_REDIRECTS} redirects")
+
+    def _chunks(self, response, cap: int, what: str):
+        """The body in chunks, each read bounded by the read timeout and the deadline, total <= cap."""
+        declared = response.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > cap:
+            raise BadResponse(f"{what} is {int(declared):,} bytes, over the limit of {cap:,}")
+        raw, total = response.raw, 0
+        read = getattr(raw, "read1", None) or raw.read
+        while True:
+            self._limit_socket_wait(raw)
+            try:
+                chunk = read(CHUNK, decode_content=True)
+            except Exception as exc:  # noqa: BLE001 - urllib3/socket errors mid-body all mean the same here
+                if self.deadline.expired() or "timed out" in str(exc).lower():
+                    raise TimedOut(f"{what}: the server stopped sending (timeout)") from exc
+                raise Unreachable(f"{what}: the connection broke: {printable(exc, 200)}") from exc
+            if not chunk:
+                return
+            total += len(chunk)
+            if total > cap:
+                raise BadResponse(f"{what} is larger than the limit of {cap:,} bytes; refused")
+            if self.deadline.expired():
+                raise TimedOut(f"{what}: the time limit ran out while receiving ({total:,} bytes so far)")
+            yield chunk
+
+    def _limit_socket_wait(self, raw: Any) -> None:
+        """Each socket read waits at most the read timeout and never past the deadline."""
+        sock = getattr(getattr(raw, "connection", None), "sock", None) or getattr(
+            getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
+        if sock is not None and hasattr(sock, "settimeout"):
+            sock.settimeout(self.deadline.cap(self.read_timeout))
+
+    def _body(self, response, cap: int, what: str) -> bytes:
+        with response:
+            return b"".join(self._chunks(response, cap, what))
+
+    @staticmethod
+    def _parse(raw: bytes, what: str) -> Any:
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise BadResponse(f"{what} is not valid JSON ({printable(exc, 120)})") from exc
+
+    @staticmethod
+    def _error_body(raw: bytes) -> Any:
+        try:
+            return json.loads(raw) if raw else None
+        except (ValueError, RecursionError):
+            return raw.decode("utf-8", errors="replace")
+
+    # -- API
+    def get_json(self, route: str, params: Mapping[str, Any] | None = None, cap: int = MAX_JSON_BYTES) -> Any:
+        """GET route -> parsed JSON. HTTP errors raise HTTPStatusError."""
+        what = f"{self.server}{route}"
+        response = self._send("GET", route, params=params)
+        raw = self._body(response, cap, what)
+        if response.status_code >= 400:
+            raise HTTPStatusError(response.status_code, self._error_body(raw), what)
+        return self._parse(raw, what)
+
+    def object_info(self) -> dict:
+        info = self.get_json("/object_info", cap=MAX_OBJECT_INFO_BYTES)
+        if not isinstance(info, dict):
+            raise BadResponse(f"{self.server}/object_info is not a JSON object")
+        return info
+
+    def post_json(self, route: str, payload: Any, cap: int = MAX_JSON_BYTES) -> tuple[int, Any]:
+        """POST JSON -> (HTTP status, parsed body or text). 4xx/5xx are returned, not raised: the caller
+        reads ComfyUI's node_errors from them."""
+        response = self._send("POST", route, json=payload)
+        return response.status_code, self._error_body(self._body(response, cap, f"{self.server}{route}"))
+
+    def upload(self, path: Path, folder_type: str = "input") -> dict:
+        """POST /upload/image (ComfyUI's upload route for any input file) -> {name, subfolder, type}."""
+        with open(path, "rb") as handle:
+            response = self._send("POST", "/upload/image", data={"type": folder_type},
+                                  files={"image": (Path(path).name, handle, "application/octet-stream")})
+        body = self._error_body(self._body(response, MAX_JSON_BYTES, f"{self.server}/upload/image"))
+        if response.status_code >= 400 or not isinstance(body, dict):
+            raise HTTPStatusError(response.status_code, body, self.server + "/upload/image")
+        return body
+
+    def download(self, params: Mapping[str, Any], folder: Path, name: str, cap: int = MAX_DOWNLOAD_BYTES) -> Path:
+        """GET /view?params streamed into folder/<safe name> (a free name: never overwrites), atomically."""
+        local = safe_basename(name)
+        response = self._send("GET", "/view", params=params)
+        with response:
+            if response.status_code >= 400:
+                body = b"".join(self._chunks(response, 64 * 1024, "/view error"))
+                raise HTTPStatusError(response.status_code, self._error_body(body), self.server + "/view")
+            return write_new(folder, local, self._chunks(response, cap, f"{self.server}/view ({local})"))
+
+    # -- websocket
+    def ws_url(self, client_id: str) -> str:
+        parts = urllib.parse.urlsplit(self.server)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        return urllib.parse.urlunsplit((scheme, parts.netloc, parts.path + "/ws",
+                                        urllib.parse.urlencode({"clientId": client_id}), ""))
+
+    def websocket(self, client_id: str | None = None) -> EventSocket:
+        """An open /ws connection (raises ComfyError when it cannot be opened)."""
+        return EventSocket(self.ws_url(client_id or uuid.uuid4().hex), self.deadline.cap(self.connect_timeout))
+
+
+class EventSocket:
+    """ComfyUI's /ws stream: JSON text events in, binary preview frames skipped, every frame size-capped."""
+
+    def __init__(self, url: str, connect_timeout: float, cap: int = MAX_WS_MESSAGE_BYTES):
+        try:
+            import websocket
+        except ImportError:
+            raise ComfyError("websocket-client is not installed (pip install websocket-client)") from None
+        self.cap = cap
+        try:
+            self.ws = websocket.create_connection(url, timeout=connect_timeout, enable_multithread=False)
+        except (OSError, websocket.WebSocketException) as exc:
+            raise Unreachable(f"websocket {url}: {printable(exc, 200)}") from exc
+        _cap_frames(self.ws, cap)
+
+    def recv_event(self, wait_s: float) -> dict | None:
+        """The next JSON event, or None when none came within wait_s (or it was a binary/unusable frame).
+        Raises ComfyError when the socket is closed or a frame is over the cap."""
+        import websocket
+
+        self.ws.settimeout(max(wait_s, 0.01))
+        try:
+            opcode, data = self.ws.recv_data()
+        except websocket.WebSocketTimeoutException:
+            return None
+        except FrameTooLarge as exc:
+            raise BadResponse(str(exc)) from exc
+        except (OSError, websocket.WebSocketException) as exc:
+            raise Unreachable(f"websocket closed: {printable(exc, 200)}") from exc
+        if opcode != websocket.ABNF.OPCODE_TEXT:
+            return None
+        try:
+            event = json.loads(data)
+        except (ValueError, RecursionError):
+            return None
+        return event if isinstance(event, dict) else None
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+class FrameTooLarge(ComfyError):
+    pass
+
+
+def _cap_frames(ws: Any, cap: int) -> None:
+    """Refuse a frame whose announced length is over `cap` before its payload is read.
+
+    websocket-client has no size option; its frame reader reads the length field in `recv_length`, and
+    this wraps that one method of this connection's reader (websocket-client 1.x)."""
+    buffer = getattr(ws, "frame_buffer", None)
+    original = getattr(buffer, "recv_length", None)
+    if original is None:
+        raise BadResponse("this websocket-client version has no frame reader to cap; "
+                          "install websocket-client >= 1.6")
+
+    def recv_length() -> None:
+        original()
+        if buffer.length > cap:
+            raise FrameTooLarge(f"the server sent a websocket frame of {buffer.length:,} bytes "
+                                f"(limit {cap:,}); refused")
+
+    buffer.recv_length = recv_length

@@ -1,0 +1,343 @@
+"""One ComfyUI job over the client: submit a prompt, follow it to the end, read its history, fetch its files.
+
+Used by `run` and `cond build`. Following: websocket events when /ws opens (progress), /history polling
+always as the safety net, and F26: when our time runs out, the server's queue is asked before anything is
+called lost. Everything the server sends is treated as data: ids through `safe_id`, file names through
+`safe_basename`, malformed events and entries skipped or reported, never a crash.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..checks.facts import EXIT_INVALID
+from ..checks.problem import printable
+from .comfy_client import (
+    BadResponse,
+    ComfyClient,
+    ComfyError,
+    Deadline,
+    EventSocket,
+    HTTPStatusError,
+    TimedOut,
+    Unreachable,
+    safe_id,
+)
+
+UNREACHABLE_GRACE_S = 120.0  # consecutive connection failures while following before we call the server gone
+POLL_INTERVAL_S = 0.5  # /history polling without a websocket
+POLL_WITH_WS_S = 5.0  # /history polling as the safety net beside the websocket
+FINAL_QUESTION_S = 15.0  # time allowed to ask about the job after --timeout ran out (F26)
+FINISH_EVENTS = ("execution_success", "execution_error", "execution_interrupted")
+
+
+class Rejected(ComfyError):
+    """The server (or our validation) refused the workflow: exit 2."""
+
+    exit_code = EXIT_INVALID
+
+
+@dataclass
+class Outcome:
+    state: str  # success | error | interrupted | timeout | lost | unreachable | refused
+    entry: dict | None = None
+    note: str = ""
+
+
+@dataclass
+class OutputFile:
+    node_id: str
+    filename: str
+    subfolder: str
+    kind: str  # ComfyUI's folder type: output | temp | input
+
+
+@dataclass
+class Timing:
+    seconds: float | None
+    cached: list[str] = field(default_factory=list)
+    error: dict | None = None
+
+
+class Listener:
+    """What a follower reports while a job runs (run draws progress bars from these)."""
+
+    def node(self, node_id: str) -> None: ...
+
+    def step(self, value: int, maximum: int, node_id: str | None) -> None: ...
+
+    def cached(self, node_ids: list[str]) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+class ProgressBar(Listener):
+    """One tqdm bar per job: nodes done of the graph's nodes, the running node and its sampler step.
+    Silent with --quiet or when stderr is not a terminal."""
+
+    def __init__(self, graph: dict, label: str, position: int, quiet: bool, say: Callable[[str, str], None]):
+        from tqdm import tqdm
+
+        self.graph, self.label, self.say = graph, label, say
+        total = sum(1 for n in graph.values() if isinstance(n, dict))
+        self.done: set[str] = set()
+        self.bar = tqdm(total=total, unit="node", desc=label.strip() or "run", position=position, leave=True,
+                        disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
+
+    def _name(self, node_id: str) -> str:
+        node = self.graph.get(node_id)
+        if not isinstance(node, dict):
+            return node_id
+        meta = node.get("_meta")
+        title = meta.get("title") if isinstance(meta, dict) else None
+        return printable(f"{node_id} {title or node.get('class_type', '?')}", 60)
+
+    def _count(self, node_ids: list[str]) -> None:
+        new = [n for n in node_ids if n in self.graph and n not in self.done]
+        self.done.update(new)
+        self.bar.update(len(new))
+
+    def node(self, node_id: str) -> None:
+        self._count([node_id])
+        self.bar.set_postfix_str(self._name(node_id), refresh=True)
+
+    def step(self, value: int, maximum: int, node_id: str | None) -> None:
+        where = self._name(node_id) if node_id else ""
+        self.bar.set_postfix_str(f"{where} step {value}/{maximum}".strip(), refresh=True)
+
+    def cached(self, node_ids: list[str]) -> None:
+        self._count(node_ids)
+
+    def note(self, text: str) -> None:
+        if self.bar.disable:
+            self.say(self.label, text)
+        else:
+            self.bar.write(printable(f"{self.label}{text}"))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# ------------------------------------------------------------------------------------------ submitting
+def submit(client: ComfyClient, graph: dict, client_id: str, warn: Callable[[str], None], strict: bool = False) -> str:
+    """POST /prompt -> the prompt id (a safe identifier). Rejected with the server's node errors on refusal
+    (and, when `strict`, also when the server accepts the prompt but drops outputs with node errors)."""
+    status, body = client.post_json("/prompt", {"prompt": graph, "client_id": client_id})
+    if status != 200 or (strict and isinstance(body, dict) and body.get("node_errors")):
+        raise Rejected(rejection_text(status, body))
+    if not isinstance(body, dict):
+        raise BadResponse(f"POST /prompt answered {printable(repr(body), 200)}, not a JSON object")
+    if body.get("node_errors"):
+        warn(f"the server accepted the prompt but drops outputs that failed validation: "
+             f"{printable(body['node_errors'], 500)}")
+    return safe_id(body.get("prompt_id"))
+
+
+def rejection_text(status: int, body: Any) -> str:
+    error = body.get("error", {}) if isinstance(body, dict) else {}
+    message = error.get("message", body) if isinstance(error, dict) else error
+    lines = [f"the server rejected the workflow (HTTP {status}): {printable(message, 500)}"]
+    node_errors = body.get("node_errors") if isinstance(body, dict) else None
+    for nid, info in (node_errors.items() if isinstance(node_errors, dict) else []):
+        errors = info.get("errors", []) if isinstance(info, dict) else []
+        for err in errors if isinstance(errors, list) else []:
+            if isinstance(err, dict):
+                lines.append(printable(f"  node {nid} ({info.get('class_type')}): {err.get('message')}: "
+                                       f"{err.get('details')}", 500))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------- reading state
+def message_pairs(entry: dict) -> list[tuple[str, dict]]:
+    status = entry.get("status")
+    messages = status.get("messages") if isinstance(status, dict) else None
+    return [(str(item[0]), item[1]) for item in (messages if isinstance(messages, list) else [])
+            if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], dict)]
+
+
+def history_entry(client: ComfyClient, prompt_id: str) -> dict | None:
+    """The finished history entry of a prompt, or None while it is not finished."""
+    body = client.get_json(f"/history/{prompt_id}")
+    entry = body.get(prompt_id) if isinstance(body, dict) else None
+    if isinstance(entry, dict) and isinstance(entry.get("status"), dict):
+        status = entry["status"]
+        if status.get("completed") is not None or status.get("status_str") in ("success", "error"):
+            return entry
+    return None
+
+
+def entry_state(entry: dict) -> str:
+    events = {event for event, _ in message_pairs(entry)}
+    if "execution_interrupted" in events:
+        return "interrupted"
+    if entry["status"].get("status_str") == "success" or "execution_success" in events:
+        return "success"
+    return "error"
+
+
+def queue_holds(client: ComfyClient, prompt_id: str) -> str | None:
+    """'running' or 'pending' when the server's queue still holds the job, else None."""
+    queue = client.get_json("/queue")
+    for state, key in (("running", "queue_running"), ("pending", "queue_pending")):
+        items = queue.get(key) if isinstance(queue, dict) else None
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, list) and len(item) > 1 and item[1] == prompt_id:
+                return state
+    return None
+
+
+def timing_of(entry: dict) -> Timing:
+    """execution_success - execution_start (ms timestamps in /history status messages), cached node ids."""
+    stamps: dict[str, float] = {}
+    timing = Timing(None)
+    for event, data in message_pairs(entry):
+        stamp = data.get("timestamp")
+        if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
+            stamps[event] = float(stamp)
+        if event == "execution_cached" and isinstance(data.get("nodes"), list):
+            timing.cached = [printable(n, 40) for n in data["nodes"]]
+        if event in ("execution_error", "execution_interrupted"):
+            timing.error = {"event": event, **data}
+    if "execution_start" in stamps and "execution_success" in stamps:
+        timing.seconds = (stamps["execution_success"] - stamps["execution_start"]) / 1000.0
+    return timing
+
+
+def output_files(entry: dict) -> tuple[list[OutputFile], list[str]]:
+    """(the files the outputs list, descriptions of listed items we refuse to fetch)."""
+    files, refused = [], []
+    outputs = entry.get("outputs")
+    for node_id, ui in (outputs.items() if isinstance(outputs, dict) else []):
+        for items in (ui.values() if isinstance(ui, dict) else []):
+            for item in items if isinstance(items, list) else []:
+                if not isinstance(item, dict) or "filename" not in item:
+                    continue
+                name, sub, kind = item.get("filename"), item.get("subfolder", ""), item.get("type", "output")
+                if not all(isinstance(v, str) and "\x00" not in v for v in (name, sub, kind)) or not name:
+                    refused.append(printable(f"node {node_id}: {item!r}", 200))
+                    continue
+                files.append(OutputFile(printable(node_id, 40), name, sub, kind))
+    return files, refused
+
+
+def fetch_output(client: ComfyClient, item: OutputFile, folder: Path, cap: int) -> Path:
+    """/view the file into `folder` under a safe, free name; never outside it, never overwriting."""
+    return client.download({"filename": item.filename, "subfolder": item.subfolder, "type": item.kind},
+                           folder, item.filename, cap)
+
+
+# -------------------------------------------------------------------------------------------- following
+class Follower:
+    """Waits for one prompt: websocket events when available, /history polling always as the safety net."""
+
+    def __init__(self, client: ComfyClient, prompt_id: str, listener: Listener, deadline: Deadline):
+        self.client, self.prompt_id, self.listener, self.deadline = client, prompt_id, listener, deadline
+        self.finished_event: str | None = None
+        self.last_note = ""
+
+    def on_event(self, event: dict) -> None:
+        kind, data = event.get("type"), event.get("data")
+        if not isinstance(data, dict) or data.get("prompt_id") not in (None, self.prompt_id):
+            return
+        node = data.get("node")
+        if kind == "executing" and node is not None:
+            self.listener.node(printable(node, 40))
+        elif kind == "progress":
+            value, maximum = data.get("value"), data.get("max")
+            if isinstance(value, int) and isinstance(maximum, int) and 0 <= value <= maximum:
+                self.listener.step(value, maximum, None if node is None else printable(node, 40))
+        elif kind == "execution_cached" and isinstance(data.get("nodes"), list):
+            self.listener.cached([printable(n, 40) for n in data["nodes"]])
+        elif kind in FINISH_EVENTS:
+            self.finished_event = kind
+        elif kind == "executing" and node is None and data.get("prompt_id") == self.prompt_id:
+            self.finished_event = self.finished_event or "executing_done"
+
+    def wait(self, ws: EventSocket | None) -> Outcome:
+        failing_since: float | None = None
+        last_poll = 0.0
+        while True:
+            if ws is not None:
+                ws = self._pump(ws)
+            now = time.monotonic()
+            if ws is None or self.finished_event or now - last_poll > POLL_WITH_WS_S:
+                last_poll = now
+                try:
+                    entry = history_entry(self.client, self.prompt_id)
+                    failing_since = None
+                    if entry is not None:
+                        return Outcome(entry_state(entry), entry)
+                except HTTPStatusError as err:
+                    # A proxy in front of ComfyUI may answer 502/504 while the backend renders on (F26).
+                    self._note(f"/history answered HTTP {err.status}; the job may still be running, waiting on")
+                except TimedOut as exc:
+                    if not self.deadline.expired():
+                        self._note(f"{exc}; retrying")
+                except Unreachable as exc:
+                    failing_since = failing_since or now
+                    self._note(f"{exc}; retrying")
+                    if now - failing_since > UNREACHABLE_GRACE_S:
+                        return Outcome("unreachable",
+                                       note=f"the server stopped answering for {UNREACHABLE_GRACE_S:.0f} s")
+                except BadResponse as exc:
+                    return Outcome("refused", note=str(exc))
+            if self.deadline.expired():
+                return self._on_timeout()
+            if ws is None:
+                time.sleep(min(POLL_INTERVAL_S, max(self.deadline.cap(POLL_INTERVAL_S), 0.01)))
+
+    def _pump(self, ws: EventSocket) -> EventSocket | None:
+        try:
+            event = ws.recv_event(self.deadline.cap(1.0))
+        except ComfyError as exc:
+            self._note(f"websocket stopped ({exc}); following by /history polling")
+            ws.close()
+            return None
+        if event is not None:
+            self.on_event(event)
+        return ws
+
+    def _note(self, text: str) -> None:
+        if text != self.last_note:
+            self.last_note = text
+            self.listener.note(printable(text, 300))
+
+    def _on_timeout(self) -> Outcome:
+        """F26: before giving up, ask the queue; a job the server still holds is not a failure."""
+        asker = ComfyClient(self.client.server, read_timeout=FINAL_QUESTION_S, deadline=Deadline(FINAL_QUESTION_S))
+        try:
+            entry = history_entry(asker, self.prompt_id)
+            if entry is not None:
+                return Outcome(entry_state(entry), entry)
+            held = queue_holds(asker, self.prompt_id)
+        except ComfyError as exc:
+            return Outcome("timeout", note=f"stopped waiting; could not ask the server about the job ({exc})")
+        finally:
+            asker.close()
+        if held:
+            return Outcome("timeout", note=f"stopped waiting, but the server still holds the job ({held}): it is not "
+                           f"a failure; its result will appear at {self.client.server}/history/{self.prompt_id}")
+        return Outcome("lost", note="the server neither holds the job nor has a history entry for it "
+                       "(restarted or cleared?)")
+
+
+def open_events(client: ComfyClient, client_id: str) -> tuple[EventSocket | None, str]:
+    """(/ws connection or None, a note saying why we poll instead)."""
+    try:
+        return client.websocket(client_id), ""
+    except ComfyError as exc:
+        return None, f"websocket unavailable: {exc}; following by /history polling"
+
+
+def wait_for_prompt(client: ComfyClient, prompt_id: str, listener: Listener, deadline: Deadline,
+                    ws: EventSocket | None = None) -> Outcome:
+    try:
+        return Follower(client, prompt_id, listener, deadline).wait(ws)
+    finally:
+        if ws is not None:
+            ws.close()

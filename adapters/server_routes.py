@@ -1,0 +1,205 @@
+"""The pack's HTTP routes inside ComfyUI: the graph editor's preflight and the pack's template files.
+
+- ``POST /h3kit/preflight`` with ``{"prompt": <API graph as the frontend queues it>}`` answers the PASS/WARN/FAIL
+  checks of ``checks.workflow.preflight_checks`` (what ``validate``/``doctor --workflow`` and H3KitPreflight
+  run), against this server's own node schemas, registered nodes and model folders, plus this server's
+  environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends). web/h3kit_preflight.js calls it before
+  it queues a graph that holds an H3 or LTX node.
+- ``GET /h3kit/preflight`` tells the extension which node types it watches.
+- ``GET /workflow_templates/<this pack's folder>/<file>``: the template browser lists the pack's workflows
+  from every host, but some hosts (the installable ComfyUI 0.12 fork) never register the static route that
+  serves them, so opening one answered 404. Where the host does serve them, its route was registered first
+  and answers; this one only fills the gap.
+
+``register_routes()`` adds them to ``PromptServer.instance.routes`` when ComfyUI's server module is loaded;
+importing this module imports neither ComfyUI nor aiohttp, so the pack and its tests import it anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..checks.environment import local_checks
+from ..checks.problem import FAIL, PASS, WARN, Check
+from ..checks.schemas import class_info, providing_pack
+from ..checks.server import comfyui_version_check
+from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
+from ..nodes.common import LOG, log_once
+from .host import comfyui_version, host_loaded, host_module
+
+PREFLIGHT_ROUTE = "/h3kit/preflight"
+# The graphs the editor checks before queueing: any H3Kit node, core MiniMax-H3 node or LTX(-AV) node.
+WATCHED_NODE_PATTERN = r"^(H3Kit|MiniMaxH3|EmptyMiniMaxH3|LTXV|LTXAV)"
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a 10 000-node graph with long prompts is ~10 MB
+MAX_NODES = 10_000
+WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / "workflows"
+TEMPLATE_SUFFIXES = {".json", ".jpg", ".jpeg", ".png", ".webp"}
+STATUS_ORDER = (PASS, WARN, FAIL)
+
+
+@dataclass
+class HostView:
+    """What the preflight needs from the ComfyUI it runs in (tests pass their own)."""
+
+    schemas: dict[str, dict]  # /object_info entries of the graph's node types
+    node_ids: set[str]  # every registered node type
+    locate: Callable[[str, str], Path | None] | None = None  # (folder, file) -> path; None: files not checked
+    disabled: Mapping[str, list[str]] = field(default_factory=dict)  # {package: H3Kit nodes it would enable}
+    pack_of: Callable[[str], str | None] = providing_pack  # who provides a node the host lacks
+    environment: Callable[[dict], list[Check]] = lambda graph: []  # the server's own checks for this graph
+    notes: list[Check] = field(default_factory=list)  # checks about the view itself (a schema that failed)
+
+
+def check_item(check: Check) -> dict[str, Any]:
+    item = {"status": check.status, "check": check.name, "detail": check.detail, "fix": check.fix}
+    if check.node_id is not None:
+        item["node_id"] = str(check.node_id)
+    return item
+
+
+def preflight_checks(graph: dict, host: HostView) -> list[Check]:
+    """The graph on `host`: nodes it lacks (F35), schema checks and every rule, model files and their headers,
+    then the server's environment."""
+    found = graph_checks(graph, host.schemas, host.locate, host.node_ids, host.disabled, pack_of=host.pack_of)
+    return [*host.notes, *found, *host.environment(graph)]
+
+
+def preflight_report(graph: Any, host_for: Callable[[dict], HostView]) -> dict[str, Any]:
+    """The route's JSON answer: the worst status, counts, and every check (node_id where one applies)."""
+    if not isinstance(graph, dict) or not graph or not all(isinstance(n, dict) for n in graph.values()):
+        checks = [Check(FAIL, "workflow", "not an API-format graph (a JSON object of nodes)",
+                        "send the graph the frontend queues: {\"prompt\": app.graphToPrompt().output}")]
+    else:
+        checks = preflight_checks(graph, host_for(graph))
+    counts = {status: sum(c.status == status for c in checks) for status in STATUS_ORDER}
+    worst = max((c.status for c in checks), key=STATUS_ORDER.index, default=PASS)
+    return {"status": worst, "fail": counts[FAIL], "warn": counts[WARN], "pass": counts[PASS],
+            "checks": [check_item(c) for c in checks]}
+
+
+# --- the ComfyUI this process runs in --------------------------------------------------------------
+
+def node_schemas(node_classes: Mapping[str, type], class_types: Iterable[str]) -> tuple[dict[str, dict], list[Check]]:
+    """/object_info entries of `class_types`, read from the registered classes; a class whose schema raises is
+    left out with a WARN naming it (its inputs go unchecked), as /object_info must not fail for one node."""
+    schemas: dict[str, dict] = {}
+    notes = []
+    for class_type in sorted(set(class_types)):
+        cls = node_classes.get(class_type)
+        if cls is None:
+            continue  # reported as a missing node
+        try:
+            schemas[class_type] = (cls.GET_NODE_INFO_V1() if hasattr(cls, "GET_NODE_INFO_V1")
+                                   else class_info(class_type, cls))
+        except Exception as exc:  # noqa: BLE001 - a third-party node's INPUT_TYPES may raise anything
+            notes.append(Check(WARN, "nodes", f"'{class_type}': its inputs could not be read "
+                               f"({type(exc).__name__}: {exc}), so they were not checked",
+                               "see the ComfyUI log for that node pack's error"))
+    return schemas, notes
+
+
+@lru_cache(maxsize=1)
+def machine_checks() -> tuple[Check, ...]:
+    # Packages, GPU and attention backends do not change under a running server (installing one needs a
+    # restart to take effect), so they are read once per process.
+    return tuple(local_checks())
+
+
+def server_environment(graph: dict) -> list[Check]:
+    return [comfyui_version_check(comfyui_version(), graph), *machine_checks()]
+
+
+def comfyui_host(graph: dict) -> HostView:
+    from ..nodes import DISABLED_NODES
+    from ..nodes.preflight import host_locator, pack_of
+
+    registered = host_module("nodes").NODE_CLASS_MAPPINGS
+    types = [n.get("class_type") for n in graph.values() if isinstance(n.get("class_type"), str)]
+    schemas, notes = node_schemas(registered, types)
+    return HostView(schemas, set(registered), host_locator(), DISABLED_NODES, pack_of, server_environment, notes)
+
+
+# --- aiohttp handlers -----------------------------------------------------------------------------
+
+def _error(web: Any, status: int, message: str, fix: str) -> Any:
+    return web.json_response({"error": message, "fix": fix}, status=status)
+
+
+async def describe_preflight(request: Any) -> Any:
+    from aiohttp import web
+
+    return web.json_response({"route": PREFLIGHT_ROUTE, "watch": WATCHED_NODE_PATTERN})
+
+
+async def handle_preflight(request: Any) -> Any:
+    from aiohttp import web
+
+    started = time.perf_counter()
+    fix = 'POST {"prompt": <API-format graph>} as the frontend sends to /prompt'
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        return _error(web, 413, f"body of {request.content_length} bytes is over {MAX_BODY_BYTES}", fix)
+    raw = await request.content.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        return _error(web, 413, f"body is over {MAX_BODY_BYTES} bytes", fix)
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _error(web, 400, f"body is not JSON ({exc})", fix)
+    graph = body.get("prompt") if isinstance(body, dict) else None
+    if not isinstance(graph, dict):
+        return _error(web, 400, "no 'prompt' object in the body", fix)
+    if len(graph) > MAX_NODES:
+        return _error(web, 413, f"graph has {len(graph)} nodes, over {MAX_NODES}", "check a smaller graph")
+    try:
+        report = preflight_report(graph, comfyui_host)
+    except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
+        LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
+        return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {exc})",
+                      "see the ComfyUI log; `python -m h3kit doctor --workflow FILE` runs the same checks")
+    report["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return web.json_response(report)
+
+
+def template_file(name: str) -> Path | None:
+    """A file directly in the pack's workflows/ folder with a template suffix; None for anything else."""
+    if not name or Path(name).name != name or name.startswith(".") or "\\" in name:
+        return None
+    if Path(name).suffix.lower() not in TEMPLATE_SUFFIXES:
+        return None
+    path = WORKFLOWS_DIR / name
+    return path if path.is_file() else None
+
+
+async def serve_template(request: Any) -> Any:
+    from aiohttp import web
+
+    path = template_file(request.match_info.get("name", ""))
+    if path is None:
+        raise web.HTTPNotFound()
+    return web.FileResponse(path)
+
+
+def register_routes(pack_folder: str) -> bool:
+    """Add the routes to the running ComfyUI's PromptServer; False (logged once) when there is none."""
+    if not host_loaded("server"):
+        return False
+    prompt_server = getattr(getattr(host_module("server"), "PromptServer", None), "instance", None)
+    routes = getattr(prompt_server, "routes", None)
+    if routes is None:
+        log_once("server_routes", "H3Kit: this ComfyUI exposes no PromptServer routes, so the graph editor's "
+                 "preflight is off; the H3KitPreflight node and `python -m h3kit doctor` still check graphs")
+        return False
+    try:
+        routes.get(PREFLIGHT_ROUTE)(describe_preflight)
+        routes.post(PREFLIGHT_ROUTE)(handle_preflight)
+        routes.get(f"/workflow_templates/{pack_folder}/{{name}}")(serve_template)
+    except Exception:  # noqa: BLE001 - a host whose router refuses a route must still load the nodes
+        LOG.error("H3Kit: could not register the pack's HTTP routes; the editor preflight is off", exc_info=True)
+        return False
+    return True

@@ -1,0 +1,8 @@
+"""H3Kit's checks: one home for every rule and fact, imported by the nodes and the CLI alike.
+
+facts.py (numbers, grids, the sigma grammar, exit codes) · problem.py (Problem / Check vocabulary) ·
+graph.py (reading API graphs, the one Primitive resolver) · validator.py (what /prompt would reject) ·
+rules*.py (pipeline rules, F-number lints, file rules) · workflow.py, environment.py, server.py (doctor's
+checks) · graph_edit.py, expect.py, media.py (run's graph edits and output verdicts) · schemas.py.
+Pure Python: nothing here imports torch, ComfyUI, nodes/ or scripts/ (tests/test_facts.py enforces it).
+"""

@@ -1,0 +1,165 @@
+"""The pack's documented facts, each defined once: grids, limits, the sigma grammar, versions, exit codes.
+
+Every other module (nodes, rules, the CLI, the docs) imports these names; a test walks the codebase for
+copies of these literals (tests/test_facts.py). Pure Python: no torch, no ComfyUI.
+Sources: shared/reference/field-notes.md (§A2 frame grids, §A4 refine sigmas, §A6 versions) and
+host-api.md (§1, §4 the H3 text width).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+# ------------------------------------------------------------------------------------------ frame grids
+H3_LENGTH_MIN = 5
+H3_LENGTH_STEP = 17  # H3 drafts sit on the 17k+5 frame grid: 5, 22, 39 ... 124 ... 362
+H3_LENGTH_MAX = 362  # 15.08 s at 24 fps: the longest clip H3 was trained for (field-notes §C2)
+LTX_FRAME_STEP = 8  # LTX-2.5 takes 8n+1 frames
+FRAME_POLICIES = ("trim_to_8n_plus_1", "pad_to_8n_plus_1", "strict")
+
+# ---------------------------------------------------------------------------------------------- sizes
+H3_SIDE_MULTIPLE = 32  # core H3 latent nodes take width/height in steps of 32
+LTX_SIDE_MULTIPLE = 32  # LTX latents are /32
+OUTPUT_SIDE_MULTIPLE = 64  # the two-stage output: LTX VAE-encodes half of it, which must be a multiple of 32
+
+# --------------------------------------------------------------------------------------------- sigmas
+REPAINT_SIGMA_LIMIT = 0.8  # F23, measured: identity held at 0.78, details change at 0.85, another face at 0.909
+SIGMA_SCHEDULES: dict[str, tuple[float, ...]] = {
+    "identity_0.78": (0.78, 0.643, 0.546, 0.0),
+    "identity_0.5": (0.5, 0.412, 0.350, 0.0),
+    "nvidia_official": (0.909375, 0.725, 0.421875, 0.0),
+}
+DEFAULT_SCHEDULE = "identity_0.78"
+MANUAL_SCHEDULE = "manual"
+SIGMA_EXAMPLE = "0.78, 0.643, 0.546, 0"
+
+# ------------------------------------------------------------------------------------- text embeddings
+H3_EMBEDDING_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
+
+# ------------------------------------------------------------------------------------------- versions
+MIN_COMFYUI = (0, 34, 0)  # native H3 + LTX-2.5, correct two-stage refine (F01), effect embeddings (§A6)
+MIN_KITCHEN = (0, 2, 31)  # comfy-kitchen that ComfyUI 0.34 imports (X07)
+MIN_TORCH_CUDA_MAJOR = 13  # kitchen's CUDA backend (FP4 GEMM) needs a CUDA 13 torch build (F12)
+
+
+def version_text(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+# ------------------------------------------------------------------------------------ workflow graphs
+PRIMITIVE_MAX_HOPS = 16  # Primitive -> Primitive chains followed when resolving a widget value (bounded)
+
+# ----------------------------------------------------------------------------------------- exit codes
+# Every command that talks to a ComfyUI server (run, validate --server, doctor --server, cond build)
+# exits with these, and README's table shows them. When several jobs run, the worst (highest) code wins.
+EXIT_OK = 0
+EXIT_FAILED = 1  # execution error, lost job, crashed job, output failed verification, a doctor FAIL
+EXIT_INVALID = 2  # rejected by validation (ours or the server's), bad arguments or input files
+EXIT_TIMEOUT = 3  # --timeout ran out (the job may still be running)
+EXIT_UNREACHABLE = 4  # the server cannot be reached
+EXIT_CODES = {EXIT_OK: "ok", EXIT_FAILED: "execution error, lost job or failed verification",
+              EXIT_INVALID: "rejected by validation", EXIT_TIMEOUT: "timeout (the job may still be running)",
+              EXIT_UNREACHABLE: "server unreachable"}
+
+
+def worst_exit(codes) -> int:
+    """The exit code of several jobs: the worst one wins (a crashed job is never hidden by a good one)."""
+    return max(codes, default=EXIT_OK)
+
+
+# ----------------------------------------------------------------------------------- grid arithmetic
+def is_h3_length(frames: int) -> bool:
+    return frames >= H3_LENGTH_MIN and (frames - H3_LENGTH_MIN) % H3_LENGTH_STEP == 0
+
+
+def nearest_h3_lengths(frames: int) -> tuple[int, int]:
+    """The H3 grid lengths just below and just above `frames` (equal when it is on the grid)."""
+    k = max(0, (frames - H3_LENGTH_MIN) // H3_LENGTH_STEP)
+    below = H3_LENGTH_MIN + k * H3_LENGTH_STEP
+    return below, below if below == frames else below + H3_LENGTH_STEP
+
+
+def h3_grid_lengths(upto: int = H3_LENGTH_MAX) -> range:
+    return range(H3_LENGTH_MIN, upto + 1, H3_LENGTH_STEP)
+
+
+def is_ltx_length(frames: int) -> bool:
+    return frames >= 1 and (frames - 1) % LTX_FRAME_STEP == 0
+
+
+def ltx_trim_length(frames: int) -> int:
+    """The longest 8n+1 count that is <= frames (frames >= 1)."""
+    return LTX_FRAME_STEP * ((frames - 1) // LTX_FRAME_STEP) + 1
+
+
+def ltx_pad_length(frames: int) -> int:
+    """The shortest 8n+1 count that is >= frames (frames >= 1)."""
+    return LTX_FRAME_STEP * math.ceil((frames - 1) / LTX_FRAME_STEP) + 1
+
+
+def kept_frame_count(frames: int, policy: str) -> int | None:
+    """Frames LTX receives under `policy`; None when `strict` and `frames` is off the 8n+1 grid."""
+    if policy == "trim_to_8n_plus_1":
+        return ltx_trim_length(frames)
+    if policy == "pad_to_8n_plus_1":
+        return ltx_pad_length(frames)
+    if policy == "strict":
+        return frames if is_ltx_length(frames) else None
+    raise ValueError(f"unknown frame policy {policy!r}; use one of {', '.join(FRAME_POLICIES)}")
+
+
+def nearest_multiples(value: int, multiple: int) -> tuple[int, int]:
+    """The multiples of `multiple` just below and above `value` (below is at least `multiple`)."""
+    below = max(multiple, (value // multiple) * multiple)
+    above = below if below == value else max(multiple, -(-value // multiple) * multiple)
+    return below, above
+
+
+def describe_nearest(value: int, multiple: int) -> str:
+    below, above = nearest_multiples(value, multiple)
+    return f"{below}" if below == above else f"{below} or {above}"
+
+
+# ------------------------------------------------------------------------------------- sigma grammar
+class SigmaError(ValueError):
+    """A sigma list that cannot be used; the message says why."""
+
+
+_SIGMA_SEPARATORS = re.compile(r"[,;\s]+|->|→")
+MAX_SIGMA_TEXT = 4096  # characters; a schedule is a handful of numbers
+
+
+def parse_sigmas(text: str) -> list[float]:
+    """The one sigma-list grammar: '0.78, 0.643, 0.546, 0' -> floats.
+
+    Separators: commas, semicolons, whitespace, '->'; optional surrounding [ ]. The values must be finite,
+    in [0, 1], strictly descending, end at 0, at least two of them.
+    """
+    if not isinstance(text, str):
+        raise SigmaError(f"expected text, got {type(text).__name__}")
+    if len(text) > MAX_SIGMA_TEXT:
+        raise SigmaError(f"{len(text)} characters; a schedule is a few numbers (at most {MAX_SIGMA_TEXT} characters)")
+    body = text.strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1]
+    tokens = [tok for tok in _SIGMA_SEPARATORS.split(body.strip()) if tok]
+    if len(tokens) < 2:
+        raise SigmaError(f"needs at least two values ending at 0, got {len(tokens)}")
+    values = []
+    for tok in tokens:
+        try:
+            value = float(tok)
+        except ValueError:
+            raise SigmaError(f"'{tok[:40]}' is not a number") from None
+        if not math.isfinite(value):
+            raise SigmaError(f"'{tok}' is not finite")
+        if not 0.0 <= value <= 1.0:
+            raise SigmaError(f"{value} is outside [0, 1]")
+        values.append(value)
+    for prev, nxt in zip(values, values[1:], strict=False):
+        if nxt >= prev:
+            raise SigmaError(f"not strictly descending ({prev} then {nxt})")
+    if values[-1] != 0.0:
+        raise SigmaError(f"must end at 0 so the last step fully denoises (ends at {values[-1]})")
+    return values

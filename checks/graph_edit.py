@@ -1,0 +1,110 @@
+"""Editing an API-format graph before a run: --set overrides, seeds, uploaded file names.
+
+Pure: no server. Errors are `GraphEditError`s (the CLI's exit 2, "rejected") that name the argument.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from .graph import inputs_of
+from .problem import printable
+
+SEED_INPUTS = ("seed", "noise_seed")
+UPLOAD_FLAGS = ("image_upload", "audio_upload", "video_upload", "input_files")
+UPLOAD_FALLBACK_INPUT = {"LoadImage": "image", "LoadAudio": "audio", "LoadVideo": "file"}
+MAX_SEED = 2**53 - 1  # JSON-safe and within every core seed widget's max
+
+
+class GraphEditError(ValueError):
+    pass
+
+
+def find_node(graph: dict, ref: str) -> str:
+    """A node id from an id or a unique _meta.title."""
+    if ref in graph:
+        return ref
+    titled = [nid for nid, n in graph.items() if isinstance(n, dict) and isinstance(n.get("_meta"), dict)
+              and n["_meta"].get("title") == ref]
+    if len(titled) == 1:
+        return titled[0]
+    if titled:
+        raise GraphEditError(f"title '{printable(ref)}' names {len(titled)} nodes ({', '.join(titled)}); use a node id")
+    raise GraphEditError(f"no node with id or title '{printable(ref)}' (ids: {printable(', '.join(list(graph)[:20]))})")
+
+
+def parse_value(text: str) -> Any:
+    """JSON when it parses (numbers, true/false, lists), else the raw string."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+
+
+def apply_sets(graph: dict, sets: list[str]) -> None:
+    for item in sets:
+        target, sep, value = item.partition("=")
+        ref, dot, input_name = target.partition(".")
+        if not sep or not dot or not input_name:
+            raise GraphEditError(f"--set '{printable(item)}': expected NODE.INPUT=VALUE (e.g. 12.noise_seed=7)")
+        node = graph[find_node(graph, ref)]
+        if not isinstance(node, dict):
+            raise GraphEditError(f"--set '{printable(item)}': node {ref} is not a node object")
+        if not isinstance(node.get("inputs"), dict):
+            node["inputs"] = {}
+        node["inputs"][input_name] = parse_value(value)
+
+
+def seed_inputs(graph: dict) -> list[tuple[str, str]]:
+    return [(nid, name) for nid, node in graph.items() for name in SEED_INPUTS
+            if isinstance(inputs_of(node).get(name), int) and not isinstance(inputs_of(node).get(name), bool)]
+
+
+def job_seeds(graph: dict, seed: str | None, runs: int, rng: random.Random) -> list[int | None]:
+    """The seed of each job: --seed N gives N, N+1, ...; random gives fresh ones; none keeps the graph's for
+    job 0 and offsets the others so fanned-out runs differ."""
+    if seed == "random":
+        return [rng.randint(0, MAX_SEED) for _ in range(runs)]
+    if seed is not None:
+        try:
+            base = int(seed)
+        except ValueError:
+            raise GraphEditError(f"--seed '{printable(seed)}': give a whole number or 'random'") from None
+        if not 0 <= base <= MAX_SEED - runs:
+            raise GraphEditError(f"--seed {base}: give a number from 0 to {MAX_SEED - runs}")
+        return [base + i for i in range(runs)]
+    found = seed_inputs(graph)
+    if runs == 1 or not found:
+        return [None] * runs
+    base = graph[found[0][0]]["inputs"][found[0][1]]
+    return [None] + [(base + i) % MAX_SEED for i in range(1, runs)]
+
+
+def apply_seed(graph: dict, seed: int | None) -> list[str]:
+    if seed is None:
+        return []
+    changed = []
+    for nid, name in seed_inputs(graph):
+        graph[nid]["inputs"][name] = seed
+        changed.append(f"{nid}.{name}")
+    return changed
+
+
+def upload_input_name(object_info: dict, class_type: str) -> str | None:
+    """The input of a loader node that takes an uploaded file (from its /object_info flags)."""
+    info = object_info.get(class_type, {}).get("input", {}) if isinstance(object_info.get(class_type), dict) else {}
+    for name, spec in {**info.get("required", {}), **info.get("optional", {})}.items():
+        opts = spec[1] if isinstance(spec, list) and len(spec) > 1 and isinstance(spec[1], dict) else {}
+        if any(opts.get(flag) for flag in UPLOAD_FLAGS):
+            return name
+    return UPLOAD_FALLBACK_INPUT.get(class_type)
+
+
+def parse_upload(item: str, graph: dict) -> tuple[str, str]:
+    """'NODE=PATH' -> (node id, path)."""
+    ref, sep, path = item.partition("=")
+    if not sep or not path:
+        raise GraphEditError(f"--upload '{printable(item)}': expected NODE=PATH")
+    return find_node(graph, ref), path

@@ -1,0 +1,278 @@
+"""Workflow lints for traps that pass ComfyUI's own validation and then fail silently.
+
+Each lint is `(graph, schemas) -> list[Problem]` and names its failure-catalogue entry (F15, F16, F19,
+F20, F23, F27). `GRAPH_LINTS` are pure graph checks, registered in checks.rules.RULES so `validate`,
+`doctor` and H3KitPreflight all run them. The file checks (F13/F14 headers) are in rules_files.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from . import facts
+from .graph import (
+    UNKNOWN,
+    class_of,
+    model_upstream,
+    nodes_of,
+    resolved,
+    source_node,
+    upstream_of_inputs,
+)
+from .problem import Problem
+from .rules_pipeline import H3_LATENT_NODES
+
+SAMPLER_NODES = ("SamplerCustomAdvanced", "SamplerCustom", "KSampler", "KSamplerAdvanced")
+# Nodes whose LATENT output carries an existing video into a sampler: a sampler fed from them refines.
+REFINE_SOURCES = {"LTXVLatentUpsampler", "VAEEncode", "H3KitDraftToLTX", "LoadLatent", "LTXVImgToVideoInplace"}
+
+
+# --- sigmas (F23, F16) --------------------------------------------------------------------------
+
+
+def sigmas_of(graph: dict, sampler: dict) -> tuple[list[float] | None, str | None, dict | None]:
+    """(sigma list, source node id, source node) for a custom sampler's sigmas input, when knowable."""
+    src = source_node(graph, sampler, "sigmas")
+    if src is None:
+        return None, None, None
+    src_id, node = src
+    ct = node.get("class_type")
+    if ct == "ManualSigmas":
+        return _parsed(resolved(graph, node, "sigmas")), src_id, node
+    if ct == "H3KitRefineSetup":
+        schedule = resolved(graph, node, "schedule", facts.DEFAULT_SCHEDULE)
+        if schedule == facts.MANUAL_SCHEDULE:
+            return _parsed(resolved(graph, node, "manual_sigmas", "")), src_id, node
+        preset = facts.SIGMA_SCHEDULES.get(str(schedule))
+        return (list(preset) if preset else None), src_id, node
+    return None, src_id, node
+
+
+def _parsed(text: Any) -> list[float] | None:
+    try:
+        return facts.parse_sigmas(text)
+    except facts.SigmaError:
+        return None
+
+
+def _sigma_error(text: Any) -> str:
+    try:
+        facts.parse_sigmas(text)
+    except facts.SigmaError as exc:
+        return str(exc)
+    return "not a list of numbers"
+
+
+def steps_of(graph: dict, sampler: dict) -> int | None:
+    if "steps" in sampler.get("inputs", {}):
+        steps = resolved(graph, sampler, "steps")
+        return steps if isinstance(steps, int) else None
+    sigmas, _, node = sigmas_of(graph, sampler)
+    if sigmas is not None:
+        return max(len(sigmas) - 1, 0)
+    if node is not None and node.get("class_type") in ("BasicScheduler", "LTXVScheduler"):
+        steps = resolved(graph, node, "steps")
+        return steps if isinstance(steps, int) else None
+    return None
+
+
+def is_refine(graph: dict, sampler: dict, sigma_src: dict | None) -> bool:
+    if sigma_src is not None and sigma_src.get("class_type") == "H3KitRefineSetup":
+        return True
+    latent_side = upstream_of_inputs(graph, sampler, ("latent_image",))
+    return any(class_of(graph, nid) in REFINE_SOURCES for nid in latent_side)
+
+
+def lint_refine_first_sigma(graph: dict, schemas: dict) -> list[Problem]:
+    """F23: a refine (sampler fed an existing video latent) that starts above sigma 0.8 repaints identity.
+
+    Covers ManualSigmas and any other sigma source; H3KitRefineSetup's own schedule and manual sigmas are
+    checked by rules_pipeline.lint_refine_sigmas (issue 3).
+    """
+    problems = []
+    for sid, sampler in nodes_of(graph, "SamplerCustomAdvanced", "SamplerCustom"):
+        sigmas, src_id, src = sigmas_of(graph, sampler)
+        if src is None or src.get("class_type") == "H3KitRefineSetup" or not is_refine(graph, sampler, src):
+            continue
+        ct = src["class_type"]
+        if sigmas is None:
+            if ct == "ManualSigmas":
+                problems.append(Problem(src_id, ct, "sigmas", resolved(graph, src, "sigmas"),
+                                        f"sigmas do not parse: {_sigma_error(resolved(graph, src, 'sigmas'))}",
+                                        f"write descending numbers in [0, 1] ending at 0, e.g. '{facts.SIGMA_EXAMPLE}'"))
+            continue
+        if sigmas[0] > facts.REPAINT_SIGMA_LIMIT:
+            problems.append(Problem(
+                src_id, ct, "sigmas", sigmas[0],
+                f"F23: the refine sampler {sid} starts at sigma {sigmas[0]:g} > {facts.REPAINT_SIGMA_LIMIT:g}: LTX "
+                "repaints identity "
+                "(measured: 0.85 changes details, 0.909 gives a different person)",
+                f"use {facts.SIGMA_EXAMPLE}, or H3KitRefineSetup with schedule '{facts.DEFAULT_SCHEDULE}'"))
+    return problems
+
+
+def lint_spectrum_warmup(graph: dict, schemas: dict) -> list[Problem]:
+    """F16: Spectrum with warmup_steps >= the sampler's steps never forecasts (pure overhead)."""
+    problems = []
+    for spec_id, spec in nodes_of(graph, "SpectrumApplyMiniMaxH3"):
+        if resolved(graph, spec, "enabled", True) is False:
+            continue
+        warmup = resolved(graph, spec, "warmup_steps", 1)
+        if not isinstance(warmup, int):
+            continue
+        for sid, sampler in nodes_of(graph, *SAMPLER_NODES):
+            if spec_id not in model_upstream(graph, sampler):
+                continue
+            steps = steps_of(graph, sampler)
+            if steps is not None and warmup >= steps:
+                problems.append(Problem(
+                    spec_id, "SpectrumApplyMiniMaxH3", "warmup_steps", warmup,
+                    f"F16: warmup_steps {warmup} >= the {steps} steps of sampler {sid} ({class_of(graph, sid)}): "
+                    "Spectrum never forecasts, it only adds overhead",
+                    f"set warmup_steps below {steps} (e.g. {max(steps - 3, 0)}) or remove the Spectrum node "
+                    "(a 4-step draft gains nothing from it)", severity="warning"))
+    return problems
+
+
+# --- prompts (F15) ------------------------------------------------------------------------------
+
+EMBEDDING_MARKER = "embedding:"
+
+
+def lint_effect_marker_position(graph: dict, schemas: dict) -> list[Problem]:
+    """F15: an effect embedding at the very start of a prompt has no effect; a glued marker is literal text."""
+    problems = []
+    for nid, node in graph.items():
+        if not isinstance(node, dict):
+            continue
+        for name, value in node.get("inputs", {}).items():
+            if not isinstance(value, str) or EMBEDDING_MARKER not in value:
+                continue
+            ct = node.get("class_type", "?")
+            if value.lstrip().startswith(EMBEDDING_MARKER):
+                problems.append(Problem(
+                    str(nid), ct, name, value[:60],
+                    "F15: the effect embedding marker is at the start of the prompt, where it measurably has no effect",
+                    "move it mid-sentence, after 'integrated_multimodal_description: [Shot 1]'", severity="warning"))
+            for match in re.finditer(re.escape(EMBEDDING_MARKER), value):
+                before = value[match.start() - 1] if match.start() else ""
+                if before and not before.isspace():
+                    problems.append(Problem(
+                        str(nid), ct, name, value[max(match.start() - 10, 0):match.start() + 30],
+                        f"F15: the marker follows '{before}' instead of a space, so the text encoder reads it as "
+                        "literal text (weights like (embedding:x:1.2) are not parsed for H3)",
+                        "put a space before 'embedding:' and drop any (...:weight) wrapper", severity="warning"))
+    return problems
+
+
+# --- sampler / LoRA family (F27) ----------------------------------------------------------------
+
+LORA_FAMILIES = (
+    # (family, lora-name pattern, expected sampler prefix)
+    ("lightx2v", re.compile(r"lightx2v|turbo_4step|fl2v_turbo", re.I), "res_multistep"),
+    ("PDD", re.compile(r"(^|[^a-z])pdd([^a-z]|$)", re.I), "euler"),
+)
+
+
+def sampler_name_of(graph: dict, sampler: dict) -> Any:
+    if "sampler_name" in sampler.get("inputs", {}):
+        return resolved(graph, sampler, "sampler_name")
+    src = source_node(graph, sampler, "sampler")
+    if src is None:
+        return UNKNOWN
+    node = src[1]
+    if node.get("class_type") == "KSamplerSelect":
+        return resolved(graph, node, "sampler_name")
+    if node.get("class_type") == "H3KitRefineSetup":
+        return resolved(graph, node, "sampler", "euler")
+    return UNKNOWN
+
+
+def lint_sampler_lora_family(graph: dict, schemas: dict) -> list[Problem]:
+    """F27: res_multistep pairs with lightx2v LoRAs, euler with PDD; a mismatch is quietly worse."""
+    problems = []
+    for sid, sampler in nodes_of(graph, *SAMPLER_NODES):
+        name = sampler_name_of(graph, sampler)
+        if not isinstance(name, str):
+            continue
+        for lid in model_upstream(graph, sampler):
+            lora = graph[lid]
+            lora_name = resolved(graph, lora, "lora_name")
+            if not isinstance(lora_name, str):
+                continue
+            for family, pattern, expected in LORA_FAMILIES:
+                if pattern.search(lora_name) and not name.startswith(expected):
+                    problems.append(Problem(
+                        sid, sampler.get("class_type", "?"), "sampler_name", name,
+                        f"F27: sampler '{name}' with the {family} LoRA '{lora_name}' (node {lid}); this LoRA family "
+                        f"is distilled for '{expected}', other samplers give quietly worse frames",
+                        f"use sampler '{expected}' (KSamplerSelect) or a LoRA made for '{name}'", severity="warning"))
+    return problems
+
+
+# --- geometry and frame grids (F19, F20) ---------------------------------------------------------
+# rules_pipeline (issue 3) checks the H3 latent nodes, EmptyLTXVLatentVideo and the handoff target; these
+# lints cover what it leaves out: the other LTX nodes, and lengths that are empty rather than off-grid.
+
+LTX_LENGTH_INPUTS = {"EmptyLTXVLatentVideo": "length", "LTXVImgToVideo": "length", "LTXVEmptyLatentAudio": "frames_number"}
+LTX_NODES_NOT_IN_PIPELINE_RULES = ("LTXVImgToVideo", "LTXVEmptyLatentAudio")
+
+
+def _grid_fix(value: int, step: int, offset: int) -> str:
+    """'use 113 or 121' for the grid offset + k*step around value (only the lowest when value is below it)."""
+    below = offset + (value - offset) // step * step
+    return f"use {offset}" if below < offset else f"use {below} or {below + step}"
+
+
+def lint_ltx_image_to_video_size(graph: dict, schemas: dict) -> list[Problem]:
+    """F19: LTXVImgToVideo sizes must be multiples of 32 (LTX latents are /32), else they are floored."""
+    problems = []
+    for nid, node in nodes_of(graph, "LTXVImgToVideo"):
+        for side in ("width", "height"):
+            value = resolved(graph, node, side)
+            if isinstance(value, int) and not isinstance(value, bool) and value % facts.LTX_SIDE_MULTIPLE:
+                problems.append(Problem(nid, node["class_type"], side, value,
+                                        f"F19: LTX needs {side} to be a multiple of {facts.LTX_SIDE_MULTIPLE}; {value} "
+                                        "is floored, so the video comes out a different size than asked",
+                                        f"use {facts.describe_nearest(value, facts.LTX_SIDE_MULTIPLE)}"))
+    return problems
+
+
+def _empty_length(graph: dict, nid: str, node: dict, field: str) -> Problem | None:
+    if field not in node.get("inputs", {}):
+        return None  # a missing required input is reported by the schema check
+    value = resolved(graph, node, field)
+    if value is UNKNOWN or (isinstance(value, int) and not isinstance(value, bool)):
+        return None
+    return Problem(nid, node["class_type"], field, value,
+                   f"F20: the {field} is empty or not a whole number, so the clip silently gets a default length",
+                   "give an explicit frame count (H3: 17k+5, e.g. 124; LTX: 8n+1, e.g. 121)")
+
+
+def lint_lengths(graph: dict, schemas: dict) -> list[Problem]:
+    """F20: empty lengths on H3/LTX nodes; 8n+1 on the LTX nodes rules_pipeline does not check."""
+    problems = [_empty_length(graph, nid, node, "length") for nid, node in nodes_of(graph, *H3_LATENT_NODES)]
+    for nid, node in nodes_of(graph, *LTX_LENGTH_INPUTS):
+        field = LTX_LENGTH_INPUTS[node["class_type"]]
+        problems.append(_empty_length(graph, nid, node, field))
+        value = resolved(graph, node, field)
+        if (node["class_type"] in LTX_NODES_NOT_IN_PIPELINE_RULES and isinstance(value, int)
+                and not isinstance(value, bool) and not facts.is_ltx_length(value)):
+            problems.append(Problem(nid, node["class_type"], field, value,
+                                    f"F20: LTX frame counts sit on the 8n+1 grid; {value} is rejected or trimmed, so "
+                                    "the duration is not what you asked for",
+                                    _grid_fix(value, facts.LTX_FRAME_STEP, 1)))
+    return [p for p in problems if p is not None]
+
+
+GRAPH_LINTS: list[Callable[[dict, dict], list[Problem]]] = [
+    lint_refine_first_sigma,
+    lint_spectrum_warmup,
+    lint_effect_marker_position,
+    lint_sampler_lora_family,
+    lint_ltx_image_to_video_size,
+    lint_lengths,
+]
+

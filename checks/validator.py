@@ -1,0 +1,242 @@
+"""The graph validator: what ComfyUI's /prompt checks, found offline, plus the pipeline rules.
+
+Known class_types, required inputs, links to existing nodes and outputs of the right type, widget values
+inside min/max/step and combo options, at least one output node, no cycles. Each problem names the node
+id, class_type, input, value and the fix. Pure: the schemas come in as a dict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .graph import input_kind, inputs_of, is_link
+from .problem import Problem, has_errors
+from .rules import RULES
+from .schemas import providing_pack
+
+WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+PackLookup = Callable[[str], "str | None"]
+
+
+def types_compatible(output_type: str, input_type: str) -> bool:
+    if "*" in (output_type, input_type) or output_type == input_type:
+        return True
+    if input_type == "COMBO" and output_type in ("STRING", "COMBO"):
+        return True
+    return bool(set(output_type.split(",")) & set(input_type.split(",")))
+
+
+def declared_inputs(info: dict) -> dict[str, tuple[list, bool]]:
+    """{input name: (spec, required)} with Autogrow groups expanded to their dotted slot names."""
+    found: dict[str, tuple[list, bool]] = {}
+    sections = info.get("input", {})
+    children = {
+        spec[1]["child"]: spec[1]["child_api_key_form"]
+        for section in ("required", "optional")
+        for spec in sections.get(section, {}).values()
+        if len(spec) > 1 and isinstance(spec[1], dict) and spec[1].get("child_api_key_form")
+    }
+    for section in ("required", "optional"):
+        for name, spec in sections.get(section, {}).items():
+            kind, opts = input_kind(spec)
+            if name in children:  # a V3 dynamic combo's child, sent under its dotted key
+                found[children[name]] = (spec, True)
+            elif kind == "AUTOGROW":
+                for i in range(int(opts.get("max", 0))):
+                    slot_type = ",".join(opts.get("types", ["*"]))
+                    found[f"{name}.{opts['prefix']}{i}"] = ([slot_type, {}], False)
+            else:
+                found[name] = (spec, section == "required")
+    return found
+
+
+def _nearest_on_step(value: float, lo: float, step: float) -> tuple[float, float]:
+    below = lo + math.floor((value - lo) / step) * step
+    return below, below + step
+
+
+def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any) -> list[Problem]:
+    kind, opts = input_kind(spec)
+    bad = []
+
+    def problem(message: str, fix: str) -> None:
+        bad.append(Problem(node_id, ct, name, value, message, fix))
+
+    if kind in ("INT", "FLOAT"):
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not numeric or (kind == "INT" and isinstance(value, float) and not value.is_integer()):
+            problem(f"expected {kind}", f"give a number ({kind.lower()})")
+            return bad
+        if isinstance(value, float) and not math.isfinite(value):
+            problem("not a finite number", "give a finite number")
+            return bad
+        lo, hi = opts.get("min"), opts.get("max")
+        if lo is not None and value < lo:
+            problem(f"below the minimum {lo}", f"use a value >= {lo}")
+        elif hi is not None and value > hi:
+            problem(f"above the maximum {hi}", f"use a value <= {hi}")
+        elif kind == "INT" and opts.get("step", 1) > 1:
+            base = lo if lo is not None else 0
+            step = opts["step"]
+            if (value - base) % step:
+                below, above = _nearest_on_step(value, base, step)
+                problem(f"not on the widget's grid ({base} + k*{step})", f"use {int(below)} or {int(above)}")
+    elif kind == "BOOLEAN":
+        if not isinstance(value, bool):
+            problem("expected true or false", "use a JSON boolean")
+    elif kind == "STRING":
+        if not isinstance(value, str):
+            problem("expected a string", "quote the value")
+    elif kind == "COMBO":
+        if opts.get("model_folder") or opts.get("input_files"):
+            if not isinstance(value, str) or not value:
+                where = opts.get("model_folder") or "input"
+                problem("expected a file name", f"name a file in the '{where}' folder")
+        elif value not in opts.get("options", []):
+            choices = ", ".join(map(str, opts.get("options", [])[:12]))
+            problem("not one of the allowed options", f"choose one of: {choices}")
+    return bad
+
+
+def _check_link(graph: dict, schemas: dict, node_id: str, ct: str, name: str, spec: list, link: list) -> list[Problem]:
+    src_id, index = str(link[0]), link[1]
+    src = graph.get(src_id)
+    if not isinstance(src, dict):
+        return [Problem(node_id, ct, name, link, f"links to node {src_id}, which is not in the graph",
+                        "connect it to an existing node or remove the link")]
+    src_info = schemas.get(src.get("class_type")) if isinstance(src.get("class_type"), str) else None
+    if src_info is None:
+        return []  # the unknown source node is reported on its own
+    outputs = src_info.get("output", [])
+    if not 0 <= index < len(outputs):
+        return [Problem(node_id, ct, name, link,
+                        f"links to output {index} of node {src_id} ({src['class_type']}), which has {len(outputs)} outputs",
+                        f"use an output index 0..{len(outputs) - 1}")]
+    kind, _ = input_kind(spec)
+    out_type = outputs[index] if isinstance(outputs[index], str) else "COMBO"
+    if not types_compatible(out_type, kind):
+        return [Problem(node_id, ct, name, link,
+                        f"receives {out_type} from node {src_id} ({src['class_type']}) output {index} but needs {kind}",
+                        f"connect an output of type {kind}")]
+    return []
+
+
+def find_cycle(graph: dict) -> list[str] | None:
+    """One cycle of links as [a, b, ..., a], or None. Iterative depth-first search: any graph size."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 finished
+    for root in graph:
+        if root in state:
+            continue
+        path: list[str] = [root]
+        pending = [iter(_deps(graph, root))]
+        state[root] = 1
+        while pending:
+            dep = next(pending[-1], None)
+            if dep is None:
+                state[path.pop()] = 2
+                pending.pop()
+            elif state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            elif dep not in state:
+                state[dep] = 1
+                path.append(dep)
+                pending.append(iter(_deps(graph, dep)))
+    return None
+
+
+def _deps(graph: dict, node_id: str) -> list[str]:
+    return [str(v[0]) for v in inputs_of(graph[node_id]).values() if is_link(v) and str(v[0]) in graph]
+
+
+def looks_like_ui_format(doc: Any) -> bool:
+    return isinstance(doc, dict) and "nodes" in doc and "links" in doc
+
+
+def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = providing_pack) -> list[Problem]:
+    """Every problem ComfyUI's /prompt would reject, found offline. `pack_of(class_type)` names who
+    provides a node the schemas lack (the CLI passes one that knows H3Kit's disabled optional nodes)."""
+    if looks_like_ui_format(graph):
+        return [Problem("-", "-", None, None, "this is a UI-format (litegraph) workflow, not API format",
+                        "export it with 'Save (API)' / 'Export (API)' in ComfyUI, or use the file from workflows/api/")]
+    if not isinstance(graph, dict) or not graph:
+        return [Problem("-", "-", None, None, "not an API-format graph (expected a non-empty JSON object of nodes)",
+                        "pass an API-format workflow JSON")]
+    problems: list[Problem] = []
+    has_output = False
+    for node_id, node in graph.items():
+        if not isinstance(node, dict) or not isinstance(node.get("class_type"), str):
+            problems.append(Problem(str(node_id), "?", None, None, "node has no class_type (a string)",
+                                    "every node needs 'class_type' (the node's type name) and 'inputs'"))
+            continue
+        ct = node["class_type"]
+        info = schemas.get(ct)
+        if info is None:
+            pack = pack_of(ct)
+            fix = f"install {pack}" if pack else "install the custom node pack that provides it, or fix the name"
+            problems.append(Problem(str(node_id), ct, None, None, "unknown node type on this host", fix))
+            continue
+        has_output = has_output or bool(info.get("output_node"))
+        inputs = node.get("inputs", {})
+        if not isinstance(inputs, dict):
+            problems.append(Problem(str(node_id), ct, None, inputs, "'inputs' is not an object", "use {name: value}"))
+            continue
+        problems += _node_problems(graph, schemas, str(node_id), ct, info, inputs)
+    if not has_output:
+        problems.append(Problem("-", "-", None, None, "graph has no output node, so ComfyUI runs nothing",
+                                "add an output node such as SaveVideo, SaveImage or PreviewImage"))
+    cycle = find_cycle({k: v for k, v in graph.items() if isinstance(v, dict)})
+    if cycle:
+        problems.append(Problem(cycle[0], str(graph[cycle[0]].get("class_type", "?")), None, None,
+                                "links form a cycle: " + " -> ".join(cycle), "break the loop"))
+    return problems
+
+
+def _node_problems(graph: dict, schemas: dict, node_id: str, ct: str, info: dict, inputs: dict) -> list[Problem]:
+    problems = []
+    declared = declared_inputs(info)
+    for name, (spec, required) in declared.items():
+        if required and name not in inputs:
+            kind, opts = input_kind(spec)
+            hint = f" (default {opts['default']!r})" if "default" in opts else ""
+            problems.append(Problem(node_id, ct, name, None, f"required {kind} input is missing",
+                                    f"connect or set '{name}'{hint}"))
+    for name, value in inputs.items():
+        if name not in declared:
+            problems.append(Problem(node_id, ct, name, value, "input not declared by this node; ComfyUI ignores it",
+                                    "check the spelling against the node's inputs", severity="warning"))
+            continue
+        spec = declared[name][0]
+        if is_link(value):
+            problems.extend(_check_link(graph, schemas, node_id, ct, name, spec, value))
+        elif input_kind(spec)[0] in WIDGET_TYPES:
+            problems.extend(check_widget(node_id, ct, name, spec, value))
+        else:
+            problems.append(Problem(node_id, ct, name, value, f"{input_kind(spec)[0]} must come from a link",
+                                    "connect it to a node output ([node_id, output_index])"))
+    return problems
+
+
+def validate_with_rules(graph: Any, schemas: dict, pack_of: PackLookup = providing_pack) -> list[Problem]:
+    """Schema validation, then (when it found no error) the pipeline rules of checks.rules.RULES."""
+    problems = validate_graph(graph, schemas, pack_of)
+    if not has_errors(problems):
+        for rule in RULES:
+            problems.extend(rule(graph, schemas))
+    return problems
+
+
+def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
+    """(the parsed JSON, None) or (None, a Problem saying why the file cannot be read)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8")), None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return None, Problem("-", "-", None, None, f"cannot read {path}: {exc}", "pass a readable API-format JSON file")
+
+
+def validate_file(path: Path, schemas: dict, pack_of: PackLookup = providing_pack) -> list[Problem]:
+    doc, error = load_graph_file(path)
+    return [error] if error else validate_with_rules(doc, schemas, pack_of)

@@ -1,0 +1,168 @@
+"""The exit codes of every command that talks to a server, as the README's literal numbers:
+0 ok, 1 execution/verification failure, 2 validation, 3 timeout, 4 unreachable (one meaning everywhere)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from h3kit.scripts import cond, doctor, run, validate
+
+GRAPH = {"1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
+         "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}}}
+
+
+def call(module, argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    return module.run(parser.parse_args(argv))
+
+
+@pytest.fixture
+def workflow(tmp_path):
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(GRAPH))
+    return str(path)
+
+
+@pytest.fixture
+def closed_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.fixture
+def silent_server():
+    """Accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def command_lines(workflow: str, server: str) -> dict[str, tuple]:
+    return {
+        "run": (run, [workflow, "--server", server, "--timeout", "1"]),
+        "validate": (validate, [workflow, "--server", server, "--timeout", "1"]),
+        "doctor": (doctor, ["--server", server, "--no-local", "--timeout", "1"]),
+        "cond build": (cond, ["build", "--server", server, "--text", "x", "--clip", "c", "--name", "n",
+                              "--timeout", "1"]),
+    }
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "doctor", "cond build"])
+def test_unreachable_server_exits_4(command, workflow, closed_port):
+    module, argv = command_lines(workflow, closed_port)[command]
+    assert call(module, argv) == 4
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "doctor", "cond build"])
+def test_server_that_never_answers_exits_3(command, workflow, silent_server):
+    module, argv = command_lines(workflow, silent_server)[command]
+    assert call(module, argv) == 3
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "doctor"])
+def test_bad_server_address_exits_2(command, workflow):
+    module, argv = command_lines(workflow, "ftp://example")[command]
+    assert call(module, argv) == 2
+
+
+def test_offline_validate_exits_2_on_errors_and_0_when_valid(tmp_path, workflow):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"1": {"class_type": "NoSuchNode", "inputs": {}}}))
+    assert call(validate, [str(bad)]) == 2
+    assert call(validate, [workflow]) == 0
+
+
+# --- run: a job that crashes or lists unusable files is never 0 ------------------------------------
+
+class HostileHistory:
+    """A ComfyUI stand-in whose finished /history entry lists an output the client must refuse."""
+
+    def __init__(self, outputs: dict, prompt_id: str = "p1"):
+        info = {"EmptyImage": {"input": {"required": {k: ["INT", {}] for k in ("width", "height", "batch_size",
+                                                                               "color")}},
+                               "output": ["IMAGE"], "output_node": False},
+                "PreviewImage": {"input": {"required": {"images": ["IMAGE", {}]}}, "output": [], "output_node": True}}
+        entry = {prompt_id: {"status": {"status_str": "success", "completed": True, "messages": []},
+                             "outputs": outputs}}
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, body):
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(info if self.path == "/object_info" else entry if self.path.startswith("/history")
+                           else {})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self._send({"prompt_id": prompt_id, "number": 0, "node_errors": {}})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("outputs", [
+    {"2": {"images": [{"filename": 7, "subfolder": "", "type": "output"}]}},
+    {"2": {"images": [{"filename": "a\x00.png", "subfolder": "", "type": "output"}]}},
+    {"2": {"images": [{"filename": "..", "subfolder": "", "type": "output"}]}},
+])
+def test_run_with_an_unusable_output_name_exits_1(outputs, workflow, tmp_path):
+    server = HostileHistory(outputs)
+    try:
+        assert call(run, [workflow, "--server", server.url, "--out", str(tmp_path / "o")]) == 1
+    finally:
+        server.close()
+    assert not (tmp_path / "o").exists() or all(p.is_relative_to(tmp_path / "o") for p in tmp_path.rglob("*"))
+
+
+def test_run_with_a_path_as_prompt_id_exits_1_and_writes_nothing(workflow, tmp_path):
+    server = HostileHistory({}, prompt_id="../../escape")
+    try:
+        assert call(run, [workflow, "--server", server.url, "--out", str(tmp_path / "o")]) == 1
+    finally:
+        server.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wf.json"]
+
+
+def test_run_job_that_crashes_exits_1(workflow, tmp_path, monkeypatch):
+    def crash(*args, **kwargs):
+        raise TypeError("an answer nobody foresaw")
+
+    monkeypatch.setattr(run.jobs, "timing_of", crash)
+    server = HostileHistory({})
+    try:
+        assert call(run, [workflow, "--server", server.url, "--out", str(tmp_path / "o")]) == 1
+    finally:
+        server.close()
+
+
+def test_fan_out_exit_is_the_worst_job(workflow, tmp_path):
+    good, bad = HostileHistory({}), HostileHistory({"2": {"images": [{"filename": 7}]}})
+    try:
+        code = call(run, [workflow, "--server", good.url, "--server", bad.url, "--runs", "2",
+                          "--out", str(tmp_path / "o")])
+    finally:
+        good.close()
+        bad.close()
+    assert code == 1  # one job is fine (0), the other lists an unusable output (1): the worst wins

@@ -1,0 +1,277 @@
+"""Tier (a): the pack's routes inside ComfyUI (adapters/server_routes.py) without a ComfyUI.
+
+The preflight route must answer what `validate` and `doctor --workflow` answer for the same graph (one rule
+engine); it is exercised through a real aiohttp server with the routes registered on a stand-in PromptServer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import types
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from h3kit.adapters import server_routes
+from h3kit.checks.problem import FAIL, PASS, WARN, Check
+from h3kit.checks.validator import validate_file, validate_graph
+from h3kit.scripts import doctor
+from h3kit.scripts.schemas import offline_schemas, providing_pack
+
+aiohttp = pytest.importorskip("aiohttp")
+from aiohttp import web  # noqa: E402
+from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+
+PACK_ROOT = Path(__file__).resolve().parent.parent
+API_DIR = PACK_ROOT / "workflows" / "api"
+SCHEMAS = offline_schemas()
+PACK_FOLDER = "H3Kit"
+CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine above 0.8 repaints faces
+
+
+def offline_host(graph: dict) -> server_routes.HostView:
+    """A host that has every pinned core node and every H3Kit node, and no model folders."""
+    return server_routes.HostView(SCHEMAS, set(SCHEMAS), pack_of=providing_pack)
+
+
+def shipped(name: str) -> dict:
+    return json.loads((API_DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def node_of(graph: dict, class_type: str) -> dict:
+    return next(n for n in graph.values() if n["class_type"] == class_type)
+
+
+def repaint_cliff() -> dict:
+    graph = shipped("h3_ltx_two_stage")
+    node_of(graph, "H3KitRefineSetup")["inputs"].update(schedule="manual", manual_sigmas=CLIFF_SIGMAS)
+    return graph
+
+
+def off_grid_length() -> dict:
+    graph = shipped("h3_ltx_two_stage")
+    node_of(graph, "MiniMaxH3ImageToVideo")["inputs"]["length"] = 100  # F20: H3 takes 17k+5 frames
+    return graph
+
+
+def odd_size() -> dict:
+    graph = shipped("h3_ltx_two_stage")
+    node_of(graph, "H3KitDraftToLTX")["inputs"]["target_width"] = 1300  # F19: output sides are multiples of 64
+    return graph
+
+
+SAMPLES = {**{p.stem: (lambda p=p: shipped(p.stem)) for p in sorted(API_DIR.glob("*.json"))},
+           "f23_repaint_cliff": repaint_cliff, "f20_off_grid_length": off_grid_length, "f19_odd_size": odd_size}
+
+
+def report_for(graph: dict) -> dict:
+    return server_routes.preflight_report(graph, offline_host)
+
+
+def graph_items(report: dict) -> Counter:
+    """The route's workflow lines (missing nodes and the environment are reported by their own checks)."""
+    return Counter((c["status"], c["detail"], c["fix"]) for c in report["checks"] if c["check"] != "nodes")
+
+
+def doctor_items(graph: dict, tmp_path: Path, capsys) -> Counter:
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(graph), encoding="utf-8")
+    doctor.run(doctor_args(path))
+    printed = json.loads(capsys.readouterr().out)
+    return Counter((c["status"], c["detail"], c["fix"]) for c in printed["checks"])
+
+
+def doctor_args(path: Path):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    doctor.add_arguments(parser)
+    return parser.parse_args(["--workflow", str(path), "--json", "--no-local"])
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_route_answers_what_doctor_workflow_answers(name, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("COMFYUI_DIR", raising=False)  # doctor would read headers from $COMFYUI_DIR/models
+    graph = SAMPLES[name]()
+    assert graph_items(report_for(graph)) == doctor_items(graph, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_route_reports_what_validate_reports(name, tmp_path):
+    graph = SAMPLES[name]()
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(graph), encoding="utf-8")
+    problems = validate_file(path, SCHEMAS, providing_pack)  # what `validate FILE` prints
+    status_of = {"error": FAIL, "warning": WARN}
+    expected = Counter((status_of[p.severity], p.message, p.fix) for p in problems)
+    messages = [p.message for p in problems]
+    report = report_for(graph)
+    found = Counter((c["status"], next((m for m in messages if m in c["detail"]), c["detail"]), c["fix"])
+                    for c in report["checks"] if c["status"] != PASS)
+    assert not expected - found, "validate reports what the route does not"
+    if not any(p.severity == "error" for p in validate_graph(graph, SCHEMAS, providing_pack)):
+        assert found == expected  # validate runs the graph rules only on a schema-valid graph; doctor always
+    assert report["status"] == max([PASS, *(s for s, _, _ in expected)], key=server_routes.STATUS_ORDER.index)
+
+
+def test_f23_repaint_cliff_fails_with_the_node_and_the_fix():
+    report = report_for(repaint_cliff())
+    assert report["status"] == "FAIL" and report["fail"] == 1
+    (item,) = [c for c in report["checks"] if c["status"] == "FAIL"]
+    assert "F23" in item["detail"] and "0.95" in item["detail"]
+    assert item["node_id"] == next(k for k, n in repaint_cliff().items() if n["class_type"] == "H3KitRefineSetup")
+    assert "H3KitRefineSetup" in item["detail"] and item["fix"]
+
+
+def test_f35_missing_node_names_the_pack_that_provides_it():
+    graph = shipped("h3_ltx_two_stage")
+    host = server_routes.HostView(SCHEMAS, set(SCHEMAS) - {"LTXVLatentUpsampler"})
+    report = server_routes.preflight_report(graph, lambda g: host)
+    (item,) = [c for c in report["checks"] if c["check"] == "nodes"]
+    assert item["status"] == "FAIL" and "LTXVLatentUpsampler" in item["detail"] and "install" in item["fix"]
+    assert graph[item["node_id"]]["class_type"] == "LTXVLatentUpsampler"
+
+
+def test_model_files_are_checked_against_the_host_folders():
+    graph = shipped("h3_ltx_two_stage")
+    host = server_routes.HostView(SCHEMAS, set(SCHEMAS), locate=lambda folder, name: None)
+    report = server_routes.preflight_report(graph, lambda g: host)
+    missing = [c for c in report["checks"] if c["check"] == "model files"]
+    assert missing and all(c["status"] == "FAIL" and "models/" in c["fix"] and c["node_id"] in graph for c in missing)
+
+
+def test_environment_checks_of_the_server_are_part_of_the_answer():
+    env = Check(WARN, "torch", "a CPU-only build", "install a CUDA build")
+    host = server_routes.HostView(SCHEMAS, set(SCHEMAS), environment=lambda graph: [env])
+    report = server_routes.preflight_report(shipped("h3_ltx_two_stage"), lambda g: host)
+    assert {"status": "WARN", "check": "torch", "detail": "a CPU-only build", "fix": "install a CUDA build"} in report["checks"]
+    assert report["status"] == "WARN"
+
+
+@pytest.mark.parametrize("graph", [[], {}, {"1": "KSampler"}, "text"])
+def test_not_a_graph_is_one_fail_with_the_fix(graph):
+    report = report_for(graph)
+    assert report["status"] == "FAIL" and report["fail"] == 1 and "prompt" in report["checks"][0]["fix"]
+
+
+def test_a_node_whose_schema_raises_is_named_and_the_rest_checked():
+    class Broken:
+        @classmethod
+        def INPUT_TYPES(cls):
+            raise IndexError("list index out of range")
+
+    class Fine:
+        CATEGORY, RETURN_TYPES = "test", ("IMAGE",)
+
+        @classmethod
+        def INPUT_TYPES(cls):
+            return {"required": {"width": ("INT", {"default": 8})}}
+
+    schemas, notes = server_routes.node_schemas({"Broken": Broken, "Fine": Fine}, ["Broken", "Fine", "Absent"])
+    assert list(schemas) == ["Fine"] and schemas["Fine"]["input"]["required"]["width"][0] == "INT"
+    assert [n.status for n in notes] == ["WARN"] and "Broken" in notes[0].detail and "IndexError" in notes[0].detail
+
+
+# --- through HTTP, registered on a stand-in PromptServer --------------------------------------------
+
+@pytest.fixture
+def routes(monkeypatch):
+    table = web.RouteTableDef()
+    fake_server = types.ModuleType("server")
+    fake_server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(routes=table))
+    monkeypatch.setitem(sys.modules, "server", fake_server)
+    monkeypatch.setattr(server_routes, "comfyui_host", offline_host)
+    assert server_routes.register_routes(PACK_FOLDER) is True
+    return table
+
+
+def call(table: web.RouteTableDef, method: str, path: str, **kwargs) -> tuple[int, bytes]:
+    async def go():
+        app = web.Application()
+        app.add_routes(table)
+        async with TestClient(TestServer(app)) as client:
+            response = await client.request(method, path, **kwargs)
+            return response.status, await response.read()
+
+    return asyncio.run(go())
+
+
+def test_get_tells_the_extension_which_nodes_it_watches(routes):
+    status, body = call(routes, "GET", "/h3kit/preflight")
+    pattern = json.loads(body)["watch"]
+    assert status == 200
+    import re
+
+    watched = re.compile(pattern)
+    assert all(watched.search(t) for t in ("H3KitRefineSetup", "MiniMaxH3ImageToVideo", "LTXVLatentUpsampler",
+                                           "EmptyMiniMaxH3LatentAV", "LTXAVTextEncoderLoader"))
+    assert not any(watched.search(t) for t in ("KSampler", "SaveImage", "CLIPTextEncode", "MyLTXVNode"))
+
+
+def test_post_returns_the_report_of_the_graph(routes):
+    status, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": repaint_cliff()})
+    report = json.loads(body)
+    assert status == 200 and report["status"] == "FAIL" and report["elapsed_ms"] >= 0
+    assert {k: v for k, v in report.items() if k != "elapsed_ms"} == report_for(repaint_cliff())
+
+
+@pytest.mark.parametrize("data, status", [
+    (b"{not json", 400), (b'"a string"', 400), (b'{"graph": {}}', 400), (b'{"prompt": [1, 2]}', 400),
+    (b"\xff\xfe", 400),
+])
+def test_post_rejects_bodies_that_are_not_a_prompt(routes, data, status):
+    got, body = call(routes, "POST", "/h3kit/preflight", data=data, headers={"Content-Type": "application/json"})
+    assert got == status and "prompt" in json.loads(body)["fix"]
+
+
+def test_post_refuses_oversized_bodies_and_graphs(routes, monkeypatch):
+    monkeypatch.setattr(server_routes, "MAX_BODY_BYTES", 1000)
+    got, _ = call(routes, "POST", "/h3kit/preflight", data=b"x" * 1001)
+    assert got == 413
+    monkeypatch.setattr(server_routes, "MAX_BODY_BYTES", 10**6)
+    monkeypatch.setattr(server_routes, "MAX_NODES", 3)
+    got, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": shipped("h3kit_handoff_demo")})
+    assert got == 413 and "6 nodes" in json.loads(body)["error"]
+
+
+def test_a_broken_check_is_a_500_that_says_why(routes, monkeypatch):
+    def broken(graph):
+        raise RuntimeError("folder_paths exploded")
+
+    monkeypatch.setattr(server_routes, "comfyui_host", broken)
+    got, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": repaint_cliff()})
+    assert got == 500 and "folder_paths exploded" in json.loads(body)["error"]
+
+
+def test_templates_are_served_from_the_workflows_folder_only(routes):
+    name = "h3kit_handoff_demo"
+    for suffix in (".json", ".jpg"):
+        got, body = call(routes, "GET", f"/workflow_templates/{PACK_FOLDER}/{name}{suffix}")
+        assert got == 200 and body == (PACK_ROOT / "workflows" / f"{name}{suffix}").read_bytes()
+    for hostile in ("..%2Fpyproject.toml", "%2E%2E%2F__init__.py", "api%2Fh3kit_handoff_demo.json", ".gitignore",
+                    "missing.json", "..", "README.md", "..%5Cpyproject.toml"):
+        got, _ = call(routes, "GET", f"/workflow_templates/{PACK_FOLDER}/{hostile}")
+        assert got == 404, hostile
+    got, _ = call(routes, "GET", f"/workflow_templates/OtherPack/{name}.json")
+    assert got == 404  # another pack's templates stay the host's business
+
+
+def test_routes_are_not_registered_outside_comfyui(monkeypatch):
+    monkeypatch.delitem(sys.modules, "server", raising=False)
+    assert server_routes.register_routes(PACK_FOLDER) is False
+    no_routes = types.ModuleType("server")
+    no_routes.PromptServer = types.SimpleNamespace(instance=None)
+    monkeypatch.setitem(sys.modules, "server", no_routes)
+    assert server_routes.register_routes(PACK_FOLDER) is False
+
+
+def test_the_extension_is_declared_and_its_route_matches():
+    import h3kit
+
+    assert h3kit.WEB_DIRECTORY == "./web"
+    source = (PACK_ROOT / "web" / "h3kit_preflight.js").read_text(encoding="utf-8")
+    assert f'const ROUTE = "{server_routes.PREFLIGHT_ROUTE}"' in source
+    assert [p.name for p in (PACK_ROOT / "web").glob("**/*.js")] == ["h3kit_preflight.js"]  # the host loads every .js
+    assert "innerHTML" not in source  # server text goes in as text, never as markup

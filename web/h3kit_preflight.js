@@ -1,0 +1,238 @@
+// H3Kit preflight in the graph editor: a graph that holds an H3 or LTX node is checked by the server
+// (POST /h3kit/preflight: the rules of `python -m h3kit doctor`) before it is queued.
+//   FAIL -> the queue stops; a dialog lists each problem on its node (click: select + center the node),
+//           with "Run anyway".            WARN -> a toast (each distinct warning once per page).
+// Setting "H3Kit.Preflight.Enabled" turns it off; command "H3Kit: check this graph" runs it on demand.
+// Plain JS, no build step. Frontend differences are feature-detected; if anything here fails, the queue
+// goes on as if the extension were absent (the route and the H3KitPreflight node keep working).
+import { app } from "../../scripts/app.js";
+import { api } from "../../scripts/api.js";
+
+const ROUTE = "/h3kit/preflight";
+const SETTING_ID = "H3Kit.Preflight.Enabled";
+const COMMAND_ID = "H3Kit.CheckGraph";
+const APPROVAL_MS = 30000; // "Run anyway" covers the rest of a batch (one queue call per batch item)
+
+let watched = null; // RegExp of node types to check, from GET /h3kit/preflight; null: route absent
+let approved = { key: "", until: 0 };
+const warned = new Set();
+
+function settingEnabled() {
+  const setting = app.extensionManager?.setting;
+  const value = typeof setting?.get === "function"
+    ? setting.get(SETTING_ID)
+    : app.ui?.settings?.getSettingValue?.(SETTING_ID);
+  return value !== false;
+}
+
+function toast(severity, summary, detail, life = 10000) {
+  const toasts = app.extensionManager?.toast;
+  if (typeof toasts?.add === "function") toasts.add({ severity, summary, detail, life });
+  else console.warn(`[H3Kit] ${summary}: ${detail}`);
+}
+
+function isWatched(output) {
+  return !!watched && !!output &&
+    Object.values(output).some((node) => watched.test(String(node?.class_type ?? "")));
+}
+
+/** The server's report for an API graph, or null (with a toast) when the check itself could not run. */
+async function preflight(output) {
+  try {
+    const response = await api.fetchApi(ROUTE, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ prompt: output }),
+    });
+    const body = await response.json();
+    if (!response.ok) throw new Error(`${body.error ?? response.status}. ${body.fix ?? ""}`);
+    return body;
+  } catch (error) {
+    toast("warn", "H3Kit preflight could not check this graph", String(error?.message ?? error));
+    return null;
+  }
+}
+
+function graphNode(id) {
+  const graph = app.rootGraph ?? app.graph;
+  return graph?.getNodeById?.(Number(id)) ?? graph?.getNodeById?.(id) ?? null;
+}
+
+function showNode(id) {
+  const node = graphNode(id);
+  const canvas = app.canvas;
+  if (!node || !canvas) return;
+  canvas.deselectAll?.();
+  canvas.selectNode?.(node, false);
+  canvas.centerOnNode?.(node);
+  canvas.setDirty?.(true, true);
+}
+
+const STYLE = `
+.h3kit-preflight { position: fixed; top: 64px; right: 16px; width: min(480px, 90vw); max-height: 80vh;
+  display: flex; flex-direction: column; z-index: 10000; background: var(--comfy-menu-bg, #353535);
+  color: var(--fg-color, #eee); border: 1px solid var(--border-color, #4e4e4e); border-radius: 8px;
+  box-shadow: 0 8px 24px rgba(0,0,0,.5); font: 14px/1.4 sans-serif; }
+.h3kit-preflight h2 { margin: 0; padding: 12px 16px; font-size: 16px; border-bottom: 1px solid var(--border-color, #4e4e4e); }
+.h3kit-preflight ul { list-style: none; margin: 0; padding: 8px; overflow: auto; }
+.h3kit-preflight li { padding: 8px; border-radius: 6px; margin-bottom: 6px; background: rgba(0,0,0,.2); }
+.h3kit-preflight li[data-node-id] { cursor: pointer; }
+.h3kit-preflight li[data-node-id]:hover { outline: 1px solid var(--p-primary-color, #6aa0ff); }
+.h3kit-preflight .h3kit-status { font-weight: bold; margin-right: 6px; }
+.h3kit-preflight .h3kit-FAIL .h3kit-status { color: #ff6b6b; }
+.h3kit-preflight .h3kit-WARN .h3kit-status { color: #f0c050; }
+.h3kit-preflight .h3kit-fix { opacity: .85; margin-top: 4px; }
+.h3kit-preflight footer { display: flex; gap: 8px; justify-content: flex-end; padding: 12px 16px;
+  border-top: 1px solid var(--border-color, #4e4e4e); }
+.h3kit-preflight button { padding: 6px 14px; border-radius: 6px; border: 1px solid var(--border-color, #4e4e4e);
+  background: var(--comfy-input-bg, #222); color: inherit; cursor: pointer; }
+`;
+
+function ensureStyle() {
+  if (document.getElementById("h3kit-preflight-style")) return;
+  const style = document.createElement("style");
+  style.id = "h3kit-preflight-style";
+  style.textContent = STYLE;
+  document.head.append(style);
+}
+
+function element(tag, className, text) {
+  const el = document.createElement(tag);
+  if (className) el.className = className;
+  if (text !== undefined) el.textContent = text; // server text is never parsed as HTML
+  return el;
+}
+
+function problemItem(check) {
+  const item = element("li", `h3kit-preflight-item h3kit-${check.status}`);
+  const node = check.node_id !== undefined ? graphNode(check.node_id) : null;
+  const head = element("div");
+  head.append(element("span", "h3kit-status", check.status));
+  const where = node ? `node ${check.node_id} "${node.title ?? node.type}"` : check.check;
+  head.append(element("span", "h3kit-where", where));
+  item.append(head, element("div", "h3kit-detail", check.detail));
+  if (check.fix) item.append(element("div", "h3kit-fix", `Fix: ${check.fix}`));
+  if (node) {
+    item.dataset.nodeId = String(check.node_id);
+    item.title = "Show this node";
+    item.addEventListener("click", () => showNode(check.node_id));
+  }
+  return item;
+}
+
+/** The problems of a report in a dialog; resolves true for "Run anyway", false otherwise. */
+function showReport(report, { canRun }) {
+  ensureStyle();
+  document.querySelector(".h3kit-preflight")?.remove();
+  const problems = report.checks.filter((c) => c.status !== "PASS")
+    .sort((a, b) => (a.status === b.status ? 0 : a.status === "FAIL" ? -1 : 1));
+  const dialog = element("div", "h3kit-preflight");
+  dialog.setAttribute("role", "dialog");
+  dialog.dataset.testid = "h3kit-preflight-dialog";
+  const title = report.fail
+    ? `H3Kit preflight: ${report.fail} problem(s) would spoil this run`
+    : `H3Kit preflight: ${report.warn} warning(s)`;
+  dialog.append(element("h2", "", canRun ? `${title}. Not queued.` : title));
+  const list = element("ul");
+  problems.forEach((check) => list.append(problemItem(check)));
+  dialog.append(list);
+  const footer = element("footer");
+  dialog.append(footer);
+  return new Promise((resolve) => {
+    const close = (result) => { dialog.remove(); document.removeEventListener("keydown", onKey, true); resolve(result); };
+    const onKey = (event) => { if (event.key === "Escape") close(false); };
+    document.addEventListener("keydown", onKey, true);
+    if (canRun) {
+      const run = element("button", "h3kit-run-anyway", "Run anyway");
+      run.addEventListener("click", () => close(true));
+      footer.append(run);
+    }
+    const cancel = element("button", "h3kit-close", canRun ? "Cancel" : "Close");
+    cancel.addEventListener("click", () => close(false));
+    footer.append(cancel);
+    document.body.append(dialog);
+    cancel.focus();
+  });
+}
+
+function toastWarnings(report) {
+  const fresh = report.checks.filter((c) => c.status === "WARN" && !warned.has(`${c.check}|${c.detail}`));
+  fresh.forEach((c) => warned.add(`${c.check}|${c.detail}`));
+  if (!fresh.length) return;
+  const detail = fresh.map((c) => `${c.node_id !== undefined ? `node ${c.node_id}: ` : ""}${c.detail}` +
+    (c.fix ? ` (fix: ${c.fix})` : "")).join("\n");
+  toast("warn", `H3Kit preflight: ${fresh.length} warning(s)`, detail);
+}
+
+function failureKey(report) {
+  return JSON.stringify(report.checks.filter((c) => c.status === "FAIL").map((c) => [c.node_id, c.detail]));
+}
+
+/** true: queue it; false: the user stopped it. */
+async function allowQueue(output) {
+  const report = await preflight(output);
+  if (!report) return true;
+  if (report.fail > 0) {
+    const key = failureKey(report);
+    if (approved.key === key && performance.now() < approved.until) return true;
+    const run = await showReport(report, { canRun: true });
+    if (run) approved = { key, until: performance.now() + APPROVAL_MS };
+    report.checks.forEach((c) => c.status === "WARN" && warned.add(`${c.check}|${c.detail}`)); // shown above
+    return run;
+  }
+  toastWarnings(report);
+  return true;
+}
+
+function installQueueGuard() {
+  if (typeof api.queuePrompt !== "function") {
+    console.warn("[H3Kit] this frontend has no api.queuePrompt; graphs are not checked before queueing " +
+      "(use the 'H3Kit: check this graph' command)");
+    return;
+  }
+  const queuePrompt = api.queuePrompt;
+  api.queuePrompt = async function (number, data, ...rest) {
+    let queue = true;
+    try {
+      if (settingEnabled() && isWatched(data?.output)) queue = await allowQueue(data.output);
+    } catch (error) {
+      console.error("[H3Kit] preflight failed; queueing without it", error);
+    }
+    if (!queue) return { node_errors: null }; // no prompt_id: the frontend records nothing as queued
+    return queuePrompt.call(this, number, data, ...rest);
+  };
+}
+
+async function checkThisGraph() {
+  const prompt = await app.graphToPrompt();
+  const report = await preflight(prompt.output);
+  if (!report) return;
+  if (report.fail || report.warn) await showReport(report, { canRun: false });
+  else toast("success", "H3Kit preflight", `all ${report.pass} checks passed`, 5000);
+}
+
+app.registerExtension({
+  name: "H3Kit.Preflight",
+  settings: [{
+    id: SETTING_ID,
+    category: ["H3Kit", "Preflight", "Enabled"],
+    name: "Check graphs with H3/LTX nodes before queueing",
+    tooltip: "Asks the server (the rules of `python -m h3kit doctor`) before a graph with an H3 or LTX node " +
+      "is queued; problems that would spoil the run stop it, with a 'Run anyway' choice.",
+    type: "boolean",
+    defaultValue: true,
+  }],
+  commands: [{ id: COMMAND_ID, label: "H3Kit: check this graph", icon: "pi pi-check-circle", function: checkThisGraph }],
+  menuCommands: [{ path: ["Extensions", "H3Kit"], commands: [COMMAND_ID] }],
+  async setup() {
+    try {
+      const response = await api.fetchApi(ROUTE, { cache: "no-store" });
+      if (!response.ok) throw new Error(`GET ${ROUTE}: HTTP ${response.status}`);
+      watched = new RegExp((await response.json()).watch);
+    } catch (error) {
+      console.warn("[H3Kit] the preflight route is not available; graphs are not checked before queueing", error);
+      return;
+    }
+    installQueueGuard();
+  },
+});
