@@ -17,8 +17,8 @@ import torch
 
 from ..adapters.host import host_loaded, host_module
 from ..checks import facts
+from ..checks import geometry as pm
 from ..kernels import frames as fk
-from . import pipeline_math as pm
 from .common import H3KitInputError, Report, category
 
 CATEGORY = category("Pipeline")
