@@ -23,13 +23,14 @@ F01 = ("tests/test_latent_guard_f01.py", "tests/test_pipeline.py")
 SAGE = ("tests/test_turing_sage.py",)
 SPLICE = ("tests/test_effects.py",)
 LOWVRAM = ("tests/test_lowvram.py",)
-RUN = ("tests/test_run.py", "tests/test_cli.py")
-RULES = ("tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py", "tests/test_pipeline.py")
+RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
+RULES = ("tests/test_facts.py", "tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py",
+         "tests/test_pipeline.py")
 
 MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------------ the nine that used to pass
-    Mutant("M01", "F23 offline lint limit moved to 0.9", "scripts/lints.py",
-           "REPAINT_CLIFF = 0.8", "REPAINT_CLIFF = 0.9", RULES),
+    Mutant("M01", "F23 offline lint limit moved to 0.9", "checks/rules_lints.py",
+           "if sigmas[0] > facts.REPAINT_SIGMA_LIMIT:", "if sigmas[0] > 0.9:", RULES),
     Mutant("M02", "F01 correlation uncentred (cosine)", "kernels/frames.py",
            "    x = x - x.mean()\n    y = y - y.mean()\n", "", F01),
     Mutant("M03", "F01 correlation abs()-ed", "kernels/frames.py",
@@ -41,10 +42,10 @@ MUTANTS: list[Mutant] = [
            "qkv = None if per_group_projection else qkv_proj(x)", "qkv = qkv_proj(x)", LOWVRAM),
     Mutant("M06", "FFN chunked along the batch axis (B=1 never chunked)", "nodes/lowvram.py",
            "dim = 0 if x.dim() == 2 else x.dim() - 2", "dim = 0", LOWVRAM),
-    Mutant("M07", "run's exit codes remapped (timeout 4, unreachable 3)", "scripts/run.py",
-           "EXIT_OK, EXIT_EXEC_ERROR, EXIT_REJECTED, EXIT_TIMEOUT, EXIT_UNREACHABLE = 0, 1, 2, 3, 4",
-           "EXIT_OK, EXIT_EXEC_ERROR, EXIT_REJECTED, EXIT_TIMEOUT, EXIT_UNREACHABLE = 0, 1, 2, 4, 3", RUN),
-    Mutant("M08", "fan-out returns the best job's code, not the worst", "scripts/run.py",
+    Mutant("M07", "exit codes remapped (timeout 4, unreachable 3)", "checks/facts.py",
+           "EXIT_TIMEOUT = 3  # --timeout ran out (the job may still be running)\nEXIT_UNREACHABLE = 4",
+           "EXIT_TIMEOUT = 4  # --timeout ran out (the job may still be running)\nEXIT_UNREACHABLE = 3", RUN),
+    Mutant("M08", "fan-out returns the best job's code, not the worst", "checks/facts.py",
            "return max(codes, default=EXIT_OK)", "return min(codes, default=EXIT_OK)", RUN),
     Mutant("M09", "SageAttention launcher checks BLOCK_M but not BLOCK_N", "kernels/sage_turing.py",
            "config.block_m != QUANT_BLOCK_Q or config.block_n != QUANT_BLOCK_K",
@@ -60,9 +61,9 @@ MUTANTS: list[Mutant] = [
            "if index == 1 and corr is not None and corr < threshold:", F01),
     Mutant("M13", "F10 guard ignores Inf", "nodes/pipeline.py",
            "if stats.nan_count or stats.inf_count:", "if stats.nan_count:", F01),
-    Mutant("M14", "F23 node limit moved to 0.9", "nodes/pipeline_math.py",
+    Mutant("M14", "F23 limit (the one constant) moved to 0.9", "checks/facts.py",
            "REPAINT_SIGMA_LIMIT = 0.8", "REPAINT_SIGMA_LIMIT = 0.9", RULES),
-    Mutant("M15", "sigma parser accepts an unordered list", "nodes/pipeline_math.py",
+    Mutant("M15", "sigma parser accepts an unordered list", "checks/facts.py",
            "        if nxt >= prev:\n", "        if False:\n", RULES),
     # ------------------------------------------------------------------ EffectSplice
     Mutant("M16", "splice one token late", "nodes/effects.py",
@@ -85,12 +86,12 @@ MUTANTS: list[Mutant] = [
            'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=False)', SAGE),
     # ------------------------------------------------------------------ run
     Mutant("M23", "a lost job exits 0", "scripts/run.py",
-           '    if outcome.state == "lost":\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
-           "        return EXIT_EXEC_ERROR",
-           '    if outcome.state == "lost":\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
+           '    if outcome.state in ("lost", "refused"):\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
+           "        return EXIT_FAILED",
+           '    if outcome.state in ("lost", "refused"):\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
            "        return EXIT_OK", RUN),
     Mutant("M24", "failed output verification exits 0", "scripts/run.py",
-           "return EXIT_EXEC_ERROR if any(c.status == FAIL for c in checks) else EXIT_OK",
+           "return EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK",
            "return EXIT_OK", RUN),
     # ------------------------------------------------------------------ low-VRAM arithmetic
     Mutant("M25", "FFN chunk threshold off by one (== threshold skipped)", "nodes/lowvram.py",
@@ -98,4 +99,7 @@ MUTANTS: list[Mutant] = [
     Mutant("M26", "H3 attention patch never splits heads", "kernels/chunked.py",
            "    for h0, h1 in split_ranges(heads, groups):\n        g = h1 - h0",
            "    for h0, h1 in split_ranges(heads, 1):\n        g = h1 - h0", LOWVRAM),
+    Mutant("M27", "run's fan-out takes the best code at its own call site", "scripts/run.py",
+           "return worst_exit([*codes.values(), *([EXIT_FAILED] * len(missing))])",
+           "return min([*codes.values(), *([EXIT_FAILED] * len(missing))], default=EXIT_OK)", RUN),
 ]
