@@ -20,6 +20,7 @@ class Mutant:
     old: str
     new: str
     tests: tuple[str, ...]
+    needs: str = ""  # "sage": its tests need sageattention 1.0.6 + Triton 3.2.0 (run_planted.py --sage-python)
 
 
 F01 = ("tests/test_latent_guard_f01.py", "tests/test_pipeline.py")
@@ -56,7 +57,7 @@ MUTANTS: list[Mutant] = [
            "return max(codes, default=EXIT_OK)", "return min(codes, default=EXIT_OK)", RUN),
     Mutant("M09", "SageAttention launcher checks BLOCK_M but not BLOCK_N", "kernels/sage_turing.py",
            "config.block_m != QUANT_BLOCK_Q or config.block_n != QUANT_BLOCK_K",
-           "config.block_m != QUANT_BLOCK_Q", SAGE),
+           "config.block_m != QUANT_BLOCK_Q", SAGE, needs="sage"),
     # ------------------------------------------------------------------ F01 / F10 guard
     Mutant("M10", "F01 default min_correlation 0.5 -> 0.3 (node widget)", "nodes/pipeline.py",
            '"min_correlation": ("FLOAT", {"default": 0.5,', '"min_correlation": ("FLOAT", {"default": 0.3,', F01),
@@ -85,12 +86,12 @@ MUTANTS: list[Mutant] = [
            "not torch.allclose(host_rows, rows, rtol=1e-3, atol=1e-5)", "False", SPLICE),
     # ------------------------------------------------------------------ SageAttention launcher
     Mutant("M20", "quantizer gets BLOCK_M as its k block", "kernels/sage_turing.py",
-           "BLKK=config.block_n", "BLKK=config.block_m", SAGE),
+           "BLKK=config.block_n", "BLKK=config.block_m", SAGE, needs="sage"),
     Mutant("M21", "Turing-safe config also chosen on sm_80", "kernels/sage_turing.py",
-           "if capability < (8, 0):", "if capability <= (8, 0):", SAGE),
+           "if capability < (8, 0):", "if capability <= (8, 0):", SAGE, needs="sage"),
     Mutant("M22", "Turing-safe config keeps the package's fp32 output tile", "kernels/sage_turing.py",
            'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=True)',
-           'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=False)', SAGE),
+           'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=False)', SAGE, needs="sage"),
     # ------------------------------------------------------------------ run
     Mutant("M23", "a lost job exits 0", "scripts/run.py",
            '    if outcome.state in ("lost", "refused"):\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'

@@ -14,6 +14,11 @@ A mutant is KILLED when pytest reports failures (exit 1), SURVIVED when the test
     python tests/mutation/run_planted.py --only M01 M05   # a few
     python tests/mutation/run_planted.py --list           # the table, nothing run
     python tests/mutation/run_planted.py --check          # only verify each old text occurs exactly once
+    python tests/mutation/run_planted.py --sage-python /path/to/sage-venv/bin/python   # SageAttention mutants there
+
+Mutants marked needs="sage" run their tests with --sage-python (a venv with sageattention==1.0.6 and
+triton==3.2.0, like CI's sage job; comfy-kitchen's Triton backend cannot import in it without a GPU, so the
+other mutants use this interpreter). A survivor whose tests skipped is flagged: a skip proves nothing.
 
 Exit status: 0 every mutant killed, 1 a mutant survived or could not be judged, 2 the table or the baseline is wrong.
 """
@@ -37,7 +42,7 @@ sys.path.insert(0, str(HERE))
 from planted import MUTANTS, Mutant  # noqa: E402
 
 REPO = HERE.parent.parent
-PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider"]
+PYTEST = ["-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider"]
 HOST_VARIABLES = ("COMFYUI_DIR", "COMFYUI_DIRS")  # tier b/c/d skip: the run judges the CI tier only
 
 
@@ -88,8 +93,8 @@ def environment(dest: Path) -> dict[str, str]:
     return env
 
 
-def check_import(package: Path, env: dict[str, str]) -> None:
-    found = subprocess.run([sys.executable, "-c", "import h3kit; print(h3kit.__file__)"], cwd=package, env=env,
+def check_import(python: str, package: Path, env: dict[str, str]) -> None:
+    found = subprocess.run([python, "-c", "import h3kit; print(h3kit.__file__)"], cwd=package, env=env,
                            capture_output=True, text=True, check=True).stdout.strip()
     if not Path(found).resolve().is_relative_to(package.resolve()):
         sys.exit(f"run_planted: `import h3kit` resolves to {found}, not the copy in {package}")
@@ -100,9 +105,11 @@ def failing_tests(output: str) -> str:
     return names[0] if names else ""
 
 
-def run_tests(package: Path, env: dict[str, str], tests: list[str], timeout: float) -> tuple[int | None, str]:
+def run_tests(python: str, package: Path, env: dict[str, str], tests: list[str],
+              timeout: float) -> tuple[int | None, str]:
     try:
-        done = subprocess.run([*PYTEST, *tests], cwd=package, env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([python, *PYTEST, *tests], cwd=package, env=env, capture_output=True, text=True,
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, ""
     return done.returncode, done.stdout + done.stderr
@@ -114,21 +121,23 @@ def judge(code: int | None, output: str) -> tuple[str, str]:
     if code == 1:
         return "killed", failing_tests(output)
     if code == 0:
-        return "survived", ""
+        skipped = re.search(r"(\d+) skipped", output)
+        return "survived", f"({skipped.group(1)} tests skipped)" if skipped else ""
     tail = output.strip().splitlines()[-1:] or [""]
     return "error", f"pytest exit {code}: {tail[0][:120]}"
 
 
-def run_mutant(package: Path, env: dict[str, str], mutant: Mutant, timeout: float, suite: bool) -> Outcome:
+def run_mutant(python: str, package: Path, env: dict[str, str], mutant: Mutant, timeout: float,
+               suite: bool) -> Outcome:
     path = package / mutant.path
     original = path.read_text(encoding="utf-8")
     path.write_text(original.replace(mutant.old, mutant.new, 1), encoding="utf-8")
     start = time.monotonic()
     try:
-        verdict, by = judge(*run_tests(package, env, list(mutant.tests), timeout))
+        verdict, by = judge(*run_tests(python, package, env, list(mutant.tests), timeout))
         outcome = Outcome(mutant, verdict, by, time.monotonic() - start)
         if suite and verdict == "survived":
-            whole, whole_by = judge(*run_tests(package, env, ["tests"], timeout * 4))
+            whole, whole_by = judge(*run_tests(python, package, env, ["tests"], timeout * 4))
             outcome.suite = f"{whole} {whole_by}".strip()
     finally:
         path.write_text(original, encoding="utf-8")
@@ -154,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", action="store_true", help="re-run each survivor against the whole tier-a suite")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per mutant's test run (default 600)")
     parser.add_argument("--markdown", type=Path, help="also write the result table to this file")
+    parser.add_argument("--sage-python", default=sys.executable,
+                        help="interpreter with sageattention 1.0.6 + Triton 3.2.0 for the needs='sage' mutants")
     args = parser.parse_args(argv)
 
     mutants = [m for m in MUTANTS if not args.only or m.id in args.only]
@@ -173,15 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="h3kit-mutation-") as tmp:
         package = copy_tree(Path(tmp))
         env = environment(Path(tmp))
-        check_import(package, env)
-        tests = sorted({t for m in mutants for t in m.tests})
-        code, output = run_tests(package, env, tests, args.timeout * 4)
-        if code != 0:
-            print(f"run_planted: the unmodified copy fails its tests (exit {code}):\n{output[-3000:]}", file=sys.stderr)
-            return 2
+        pythons = {m.id: args.sage_python if m.needs == "sage" else sys.executable for m in mutants}
+        for python in sorted(set(pythons.values())):
+            check_import(python, package, env)
+            tests = sorted({t for m in mutants if pythons[m.id] == python for t in m.tests})
+            code, output = run_tests(python, package, env, tests, args.timeout * 4)
+            if code != 0:
+                print(f"run_planted: the unmodified copy fails its tests with {python} (exit {code}):\n"
+                      f"{output[-3000:]}", file=sys.stderr)
+                return 2
         outcomes = []
         for m in mutants:
-            outcome = run_mutant(package, env, m, args.timeout, args.suite)
+            outcome = run_mutant(pythons[m.id], package, env, m, args.timeout, args.suite)
             print(f"{m.id} {outcome.verdict:<8} {outcome.by or outcome.suite} ({outcome.seconds:.0f} s)", flush=True)
             outcomes.append(outcome)
     report = table(outcomes)
