@@ -1,13 +1,12 @@
 """Low-VRAM patches for the H3 DiT and the LTX-2.5 transformer: head-group attention, token-chunked FFN.
 
 Both nodes clone the model patcher and add one object patch per block module on a dotted key
-(`diffusion_model.blocks.<i>.attn.forward`, `diffusion_model.transformer_blocks.<i>.ff.forward`, ...);
-the input model is never touched. The patched forwards are exact (kernels/chunked.py says why) and
-call the host's own `optimized_attention`, so SageAttention and `optimized_attention_override`
-patches keep working in either node order. A model whose structure does not match is returned
-unchanged, said in the report and the log.
+(`diffusion_model.blocks.<i>.attn.forward`, `diffusion_model.transformer_blocks.<i>.ff.forward`, ...; H3 also
+guards `blocks.<i>.forward` to notice a block replacement's own `attention=`); the input model is never touched.
+The patched forwards run the host's own layers, kernels and attention function, looked up per call, and decide
+per forward from each layer as it is then (kernels/chunked.py says why that is exact); what ran is logged once per
+new outcome. A model whose structure does not match is returned unchanged, said in the report and the log.
 """
-
 from __future__ import annotations
 
 import inspect
@@ -26,9 +25,10 @@ from .common import LOG, H3KitInputError, Report, category, log_once
 SETTINGS_KEY = "h3kit_lowvram"
 LTX_ATTENTION_NAMES = ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
 LTX_FFN_NAMES = ("ff", "audio_ff")
-AUTO_RULE = ("auto: once per shape, budget = free device memory / 16 clamped to [128 MiB, 1 GiB]; "
-             "head_chunks = ceil(heads / max(1, budget // (4*tokens*head_dim*bytes))); ffn chunks = ceil(tokens / "
-             "max(1, budget // ((proj_width + act_width)*bytes))), 1 below seq_threshold; 1 = the host's own forward")
+AUTO_RULE = ("auto, decided once per shape: budget = free device memory / 16 clamped to [128 MiB, 512 MiB]; a layer "
+             "whose whole transient fits in 2 budgets runs the host's own forward; else head_chunks = ceil(heads / "
+             "max(1, budget // (4*tokens*head_dim*bytes))), ffn chunks = ceil(tokens / max(1, budget // "
+             "((proj_width + act_width)*bytes))); 1 below seq_threshold")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,7 +392,8 @@ class H3KitLowVRAMAttention:
             "model": ("MODEL", {"tooltip": "An H3 or LTX-2.5 diffusion model. It is cloned; the input is not modified."}),
             "head_chunks": ("INT", {"default": 0, "min": 0, "max": 64, "step": 1, "tooltip":
                                     "Head groups per attention layer. 0 = auto (from tokens, heads and free VRAM, each "
-                                    "group under ~1 GiB; 1 group = the host's own forward; decided once per shape); "
+                                    "group under ~512 MiB; layers that fit whole in ~1 GiB keep the host's own "
+                                    "forward; decided once per shape); "
                                     "1 = off (model returned unchanged); 16 is a good manual value for H3 at "
                                     "1344x768x362."}),
         }}
@@ -498,7 +499,7 @@ class H3KitChunkFeedForward:
             "model": ("MODEL", {"tooltip": "An H3 or LTX-2.5 diffusion model. It is cloned; the input is not modified."}),
             "chunks": ("INT", {"default": 0, "min": 0, "max": 256, "step": 1, "tooltip":
                                "Token chunks per feed-forward. 0 = auto (from tokens, FFN width and free VRAM, each "
-                               "chunk under ~1 GiB, decided once per shape); 1 = off (model returned unchanged); 8 is "
+                               "chunk under ~512 MiB, whole under ~1 GiB; decided once per shape); 1 = off (model returned unchanged); 8 is "
                                "a good manual value for H3 at 1344x768x362."}),
             "seq_threshold": ("INT", {"default": 4096, "min": 0, "max": 1048576, "step": 256, "tooltip":
                                       "Sequences shorter than this many tokens run unchunked (no overhead on small "
