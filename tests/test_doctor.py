@@ -69,14 +69,6 @@ def test_f23_identity_schedule_passes():
     assert rules_lints.lint_refine_first_sigma(refine_graph("0.78, 0.643, 0.546, 0"), SCHEMAS) == []
 
 
-@pytest.mark.parametrize(("first", "flagged"), [(0.85, True), (0.81, True), (0.8, False), (0.78, False)])
-def test_f23_offline_lint_limit_is_the_documented_0_8(first, flagged):
-    # failure-catalogue F23: "lint first sigma > 0.8"; 0.85 already repaints (necklace changed)
-    problems = rules_lints.lint_refine_first_sigma(refine_graph(f"{first}, 0.643, 0.546, 0"), SCHEMAS)
-    assert bool(problems) is flagged
-    assert all("0.8" in p.message for p in problems)
-
-
 def test_f23_first_sigma_of_a_draft_from_an_empty_latent_is_not_a_refine():
     graph = refine_graph("1.0, 0.9, 0.5, 0", latent_from="EmptyLTXVLatentVideo")
     assert rules_lints.lint_refine_first_sigma(graph, SCHEMAS) == []
