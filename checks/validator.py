@@ -235,12 +235,24 @@ def parse_graph_json(data: str | bytes, what: str) -> Any:
     return bounded_json.loads(data, what, max_depth=MAX_WORKFLOW_DEPTH, max_bytes=MAX_WORKFLOW_BYTES, unique_keys=True)
 
 
+def _read_capped(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes, read in pieces (read(limit) would allocate `limit` bytes up front)."""
+    pieces, total = [], 0
+    with open(path, "rb") as handle:
+        while total < limit:
+            piece = handle.read(min(2**20, limit - total))
+            if not piece:
+                break
+            pieces.append(piece)
+            total += len(piece)
+    return b"".join(pieces)
+
+
 def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
     """(the parsed JSON, None) or (None, a Problem saying why the file cannot be read)."""
     fix = "pass a readable API-format JSON file (UTF-8, as ComfyUI's Export (API) writes it)"
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_WORKFLOW_BYTES + 1)
+        data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1)
     except OSError as exc:
         return None, Problem("-", "-", None, None, f"cannot read {path}: {exc.strerror or exc}", fix)
     try:
