@@ -146,7 +146,7 @@ class FakeComfy:
         try:
             handler.wfile.write(self.ws_frames)
             handler.wfile.flush()
-            time.sleep(0.5)
+            time.sleep(0.1)
         except (BrokenPipeError, ConnectionResetError):
             pass
         handler.close_connection = True
