@@ -1,3 +1,33 @@
-from .scripts.cli import main
+"""The command line, two ways, same code:
 
-raise SystemExit(main())
+  python -m h3kit COMMAND ...             after `pip install -e .`
+  python custom_nodes/H3Kit COMMAND ...   a plain clone, with ComfyUI's own Python; no install needed
+
+In the second form Python runs this file as a top-level script, so the clone is imported here as the package
+`h3kit` by path (its folder may have any name, e.g. `ComfyUI-H3Kit-main`).
+"""
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+
+def _load_clone_as_package():
+    root = Path(__file__).resolve().parent
+    # Python put the clone's own folder first on sys.path; its nodes/ or scripts/ must not shadow other modules.
+    if sys.path and Path(sys.path[0] or ".").resolve() == root:
+        sys.path.pop(0)
+    spec = importlib.util.spec_from_file_location("h3kit", root / "__init__.py", submodule_search_locations=[str(root)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["h3kit"] = package  # this clone wins over any other installed h3kit
+    spec.loader.exec_module(package)
+    return importlib.import_module("h3kit.scripts.cli"), f"python {sys.argv[0]}"
+
+
+if __package__:
+    cli, prog = importlib.import_module(".scripts.cli", __package__), "python -m h3kit"
+else:
+    cli, prog = _load_clone_as_package()
+
+raise SystemExit(cli.main(prog=prog))

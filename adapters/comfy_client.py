@@ -73,18 +73,20 @@ class HTTPStatusError(ComfyError):
 def normalise_server(url: str) -> str:
     """'127.0.0.1:8188' -> 'http://127.0.0.1:8188'; only http(s), a host, no query: else BadServerURL."""
     text = str(url).strip()
+    shown = printable(url, 100)
+    if not text or printable(text) != text or " " in text:
+        raise BadServerURL(f"'{shown}' is not a ComfyUI address; give http://HOST:PORT (e.g. http://127.0.0.1:8188)")
     if "://" not in text:
         text = "http://" + text
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadServerURL(f"'{printable(url, 100)}' is not a ComfyUI address; give http://HOST:PORT "
-                           "(e.g. http://127.0.0.1:8188)")
-    if parts.query or parts.fragment:
-        raise BadServerURL(f"'{printable(url, 100)}': give the server's base URL without '?' or '#' parts")
     try:
+        parts = urllib.parse.urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as exc:
-        raise BadServerURL(f"'{printable(url, 100)}': {exc}") from None
+        raise BadServerURL(f"'{shown}' is not a ComfyUI address ({exc}); give http://HOST:PORT") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadServerURL(f"'{shown}' is not a ComfyUI address; give http://HOST:PORT (e.g. http://127.0.0.1:8188)")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise BadServerURL(f"'{shown}': give the server's base URL without credentials or '?'/'#' parts")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
@@ -303,9 +305,9 @@ class ComfyClient:
         return urllib.parse.urlunsplit((scheme, parts.netloc, parts.path + "/ws",
                                         urllib.parse.urlencode({"clientId": client_id}), ""))
 
-    def websocket(self, client_id: str | None = None) -> EventSocket:
+    def websocket(self, client_id: str | None = None, cap: int = MAX_WS_MESSAGE_BYTES) -> EventSocket:
         """An open /ws connection (raises ComfyError when it cannot be opened)."""
-        return EventSocket(self.ws_url(client_id or uuid.uuid4().hex), self.deadline.cap(self.connect_timeout))
+        return EventSocket(self.ws_url(client_id or uuid.uuid4().hex), self.deadline.cap(self.connect_timeout), cap)
 
 
 class EventSocket:
@@ -316,7 +318,6 @@ class EventSocket:
             import websocket
         except ImportError:
             raise ComfyError("websocket-client is not installed (pip install websocket-client)") from None
-        self.cap = cap
         try:
             self.ws = websocket.create_connection(url, timeout=connect_timeout, enable_multithread=False)
         except (OSError, websocket.WebSocketException) as exc:
@@ -354,7 +355,8 @@ class FrameTooLarge(ComfyError):
 
 
 def _cap_frames(ws: Any, cap: int) -> None:
-    """Refuse a frame whose announced length is over `cap` before its payload is read.
+    """Refuse a frame, or a message of continuation frames, whose announced length is over `cap` before
+    its payload is read.
 
     websocket-client has no size option; its frame reader reads the length field in `recv_length`, and
     this wraps that one method of this connection's reader (websocket-client 1.x)."""
@@ -363,11 +365,17 @@ def _cap_frames(ws: Any, cap: int) -> None:
     if original is None:
         raise BadResponse("this websocket-client version has no frame reader to cap; "
                           "install websocket-client >= 1.6")
+    message = {"bytes": 0}
 
     def recv_length() -> None:
         original()
-        if buffer.length > cap:
-            raise FrameTooLarge(f"the server sent a websocket frame of {buffer.length:,} bytes "
-                                f"(limit {cap:,}); refused")
+        fin, opcode = buffer.header[0], buffer.header[4]
+        if opcode < 0x8:  # data frames add up to one message; control frames (ping, close) stand alone
+            message["bytes"] += buffer.length
+        size = max(buffer.length, message["bytes"] if opcode < 0x8 else 0)
+        if size > cap:
+            raise FrameTooLarge(f"the server sent a websocket message of {size:,} bytes (limit {cap:,}); refused")
+        if fin and opcode < 0x8:
+            message["bytes"] = 0
 
     buffer.recv_length = recv_length

@@ -6,6 +6,7 @@ O(nodes) and never recurses.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -101,8 +102,9 @@ def resolved(graph: dict, node: dict, input_name: str, default: Any = UNKNOWN) -
 def int_input(graph: dict, node: dict, name: str) -> int | None:
     """A whole-number input (672 or 672.0), None when absent, computed or not a whole number."""
     value = resolved(graph, node, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
-            float("inf"), float("-inf")) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         return None
     return int(value)
 

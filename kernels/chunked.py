@@ -1,32 +1,31 @@
-"""Low-VRAM attention and feed-forward: head groups and token chunks, exact, pure torch.
+"""Low-VRAM attention and feed-forward: head groups and token chunks on the host's own layers.
 
-Nothing here imports ComfyUI; the host's attention function is injected (`attention_fn`), so
-SageAttention, `optimized_attention_override` patches and `preferred_attention` still apply.
+Nothing here imports ComfyUI. The host's pieces are passed in: its attention function (so SageAttention,
+`optimized_attention_override` patches and `preferred_attention` still apply), its fused q/k norm+RoPE kernel
+(comfy-kitchen's `rms_rope_split_half_`), its RoPE function for LTX, and a row slicer for quantized weights.
 
-Why it is exact
-- Attention heads are independent: projecting, normalising, rotating and attending one head group at a
-  time computes the same numbers per head. q/k/v are projected per group by slicing the projection's
-  weight *rows* (a row slice of a Linear is the Linear of those output features), so the fused qkv
-  buffer ([S, 3*heads*head_dim]) never exists whole. A layer whose weight cannot be sliced (quantized
-  or custom tensor types, on-the-fly LoRA functions, legacy fp8 scales) is run whole and the caller
-  reports that fallback; the rest of the head-group path still applies.
-- Feed-forward networks are per token: running them on token chunks and writing each chunk into one
-  output buffer is the same computation (also for per-token activation quantization).
+Effective weights, never `.weight`. A projection is run through the layer's own forward (comfy.ops manual cast,
+offload, LoRA `weight_function`s, lowvram patches, dynamic VRAM, quantized input), and only the final
+`F.linear(input, weight, bias)` of that forward is replaced, inside the host's cast context, by
+`LinearIntercept`: the replacement sees exactly the input, weight and bias the host would multiply, decided
+by the host on that call. Row slices of that weight give the per-head-group q/k/v (a row slice of a Linear is
+the Linear of those output features); the fused [tokens, 3*heads*head_dim] buffer never exists. A layer whose
+forward changes the F.linear result afterwards (a forward wrapper, a hook, a bypass adapter) is detected: its
+output is not the replacement's, so the call is redone whole through the layer and reported.
 
-RMSNorm + RoPE (H3). The host fuses per-head RMSNorm and a partial split-half RoPE in one kernel
-(`comfy.quant_ops.ck.rms_rope_split_half_`). This module reproduces that math in plain torch
-(`rms_norm_rope_`), like comfy_kitchen's eager backend but in fp32 with one rounding at the end (as a
-fused kernel does), processed in token blocks so its fp32 temporaries stay small. fp32 results match
-the eager formula to float rounding; bf16 results match the fused kernel within bf16 rounding.
+Why head groups are exact: per-head RMSNorm, RoPE and attention are independent per head; the host's kernel
+is called on each group's [1, S, g, D] buffers exactly as it is called on the whole [1, S, H, D] view.
+Feed-forwards are per token, so token chunks are exact too, except for layers that scale a quantized
+input by the amax of the whole input (NVFP4/FP8 without a stored input scale): those are not chunked.
 
-The auto rule (chunk count 0). `transient_budget(free)` = free device memory / 16, clamped to
-[128 MiB, 1 GiB] (1 GiB on CPU, where "free device memory" is not meaningful). Then
-- head groups: a group of g heads holds about 4*S*g*head_dim*elem bytes (its q, k, v and attention
-  output); g_max = max(1, budget // (4*S*head_dim*elem)) and head_chunks = ceil(heads / g_max).
-- FFN token chunks: a chunk of c tokens holds about 2*c*W*elem bytes, W = the first projection's
-  output width (SwiGLU: fc1 output plus activation temporaries; GELU: projection plus activation);
-  c_max = max(1, budget // (2*W*elem)) and chunks = ceil(S / c_max); S < seq_threshold means 1.
-Counts are clamped to [1, heads] and [1, S]; groups and chunks are near-equal contiguous ranges.
+The auto rule (chunk count 0). budget = free device memory / 16, clamped to [128 MiB, 1 GiB] (1 GiB on CPU).
+- head groups: a group of g heads holds about 4*S*g*head_dim*elem bytes (its q, k, v and attention output);
+  groups = ceil(heads / max(1, budget // (4*S*head_dim*elem))).
+- FFN token chunks: a chunk of c tokens holds c*(W + A)*elem bytes, W = the first projection's output width,
+  A = the activation's output width (W/2 for H3's SwiGLU, W for LTX's GELU); chunks = ceil(S / max(1, budget //
+  ((W + A)*elem))); S below seq_threshold means 1.
+A count of 1 leaves the layer to the host's own forward, untouched. Counts are decided once per shape and dtype
+and then kept (nodes/lowvram.py), so the allocation pattern is the same every step.
 """
 
 from __future__ import annotations
@@ -37,14 +36,17 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 AttentionFn = Callable[..., torch.Tensor]
+RowSlicer = Callable[[Any, int, int], "tuple[Any | None, str]"]
 
 MIB = 1 << 20
 BUDGET_MIN = 128 * MIB
 BUDGET_MAX = 1024 * MIB
 BUDGET_FREE_DIVISOR = 16
-ROPE_BLOCK_ELEMENTS = 1 << 22  # fp32 temporaries of the norm+rope step stay near 16 MiB each
+ROPE_BLOCK_ELEMENTS = 1 << 22  # fp32 temporaries of the plain-torch norm+rope stay near 16 MiB each
+OUT_PROJ_ROWS = 8192
 
 
 # ----------------------------------------------------------------------------------------------
@@ -77,13 +79,12 @@ def auto_head_chunks(tokens: int, heads: int, head_dim: int, elem_size: int, fre
     return max(1, min(heads, math.ceil(heads / heads_per_group)))
 
 
-def auto_ffn_chunks(tokens: int, ffn_width: int, elem_size: int, free_bytes: int | None,
+def auto_ffn_chunks(tokens: int, per_token_width: int, elem_size: int, free_bytes: int | None,
                     seq_threshold: int = 0) -> int:
-    """Token chunks so one chunk's projection + activation (2*c*W*elem bytes) fit the budget."""
+    """Token chunks so one chunk's projection + activation outputs (c*width*elem bytes) fit the budget."""
     if tokens < max(1, seq_threshold):
         return 1
-    per_token = 2 * ffn_width * elem_size
-    tokens_per_chunk = max(1, transient_budget(free_bytes) // per_token)
+    tokens_per_chunk = max(1, transient_budget(free_bytes) // (per_token_width * elem_size))
     return max(1, min(tokens, math.ceil(tokens / tokens_per_chunk)))
 
 
@@ -96,244 +97,320 @@ def free_device_bytes(device: torch.device) -> int | None:
     return int(free + max(0, cached))
 
 
+def ffn_widths(module: torch.nn.Module) -> int | None:
+    """Per-token transient width of a feed-forward: first projection out + activation out; None if unknown."""
+    first = getattr(module, "fc1", None)
+    gated = first is not None  # H3's fc1 holds gate and up: the SwiGLU output is half as wide
+    if first is None:
+        net: Sequence[Any] | None = getattr(module, "net", None)
+        if net is not None and len(net) > 0:
+            first = getattr(net[0], "proj", net[0])
+    width = getattr(first, "out_features", None)
+    if not width:
+        return None
+    return int(width) + (int(width) // 2 if gated else int(width))
+
+
 # ----------------------------------------------------------------------------------------------
-# row-sliced projections
+# the host's final matmul, intercepted
 
 
-def unsliceable_reason(layer: Any) -> str | None:
-    """None when `layer`'s output rows can be computed from a slice of its weight, else why not."""
-    weight = getattr(layer, "weight", None)
-    if not isinstance(layer, torch.nn.Linear) or weight is None:
-        return f"{type(layer).__name__} is not a plain Linear"
-    if type(weight) not in (torch.Tensor, torch.nn.Parameter) or weight.dim() != 2:
-        return f"weight is a {type(weight).__name__} (quantized or custom tensor)"
-    if getattr(layer, "weight_function", None) or getattr(layer, "bias_function", None):
-        return "weight is patched on the fly (LoRA/weight functions)"
-    for attr in ("scale_weight", "scale_input", "quant_format"):
-        if getattr(layer, attr, None) is not None:
-            return f"layer carries '{attr}' (scaled/quantized weights)"
-    if type(layer).forward is not torch.nn.Linear.forward and not hasattr(layer, "comfy_cast_weights"):
-        return f"{type(layer).__name__} overrides forward"
-    return None
+def forward_is_plain(layer: torch.nn.Module) -> bool:
+    """True when `layer(x)` is its class's forward: no instance override, no hooks that could change the output."""
+    return ("forward" not in vars(layer) and not layer._forward_hooks and not layer._forward_pre_hooks
+            and not torch.nn.modules.module._global_forward_hooks
+            and not torch.nn.modules.module._global_forward_pre_hooks)
 
 
-def linear_rows(layer: torch.nn.Linear, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-    """Output features [start, stop) of `layer(x)` from a row slice of its weight (cast like manual-cast ops)."""
-    weight = layer.weight[start:stop].to(device=x.device, dtype=x.dtype)
-    bias = layer.bias
-    if bias is not None:
-        bias = bias[start:stop].to(device=x.device, dtype=x.dtype)
-    return F.linear(x, weight, bias)
+class _Intercept(TorchFunctionMode):
+    def __init__(self, out_features: int, handler: Callable[..., torch.Tensor]):
+        super().__init__()
+        self.out_features, self.handler, self.fired = out_features, handler, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self.fired and func in (F.linear, torch._C._nn.linear):
+            weight = args[1] if len(args) > 1 else kwargs.get("weight")
+            if weight is not None and weight.shape[0] == self.out_features:
+                self.fired = True
+                bias = args[2] if len(args) > 2 else kwargs.get("bias")
+                return self.handler(args[0], weight, bias)
+        return func(*args, **kwargs)
+
+
+def run_linear_intercepted(layer: torch.nn.Module, x: torch.Tensor, out_features: int,
+                           handler: Callable[[Any, Any, Any], torch.Tensor]) -> tuple[torch.Tensor, str]:
+    """`layer(x)` with its F.linear replaced by `handler(input, weight, bias)`.
+
+    Returns (what the layer returned, status): "clean" when the handler's result came back as is (a reshape
+    of it included), "changed" when the layer altered it afterwards, "not_fired" when no matching F.linear ran.
+    """
+    results: list[torch.Tensor] = []
+
+    def tracked(inp, weight, bias):
+        results.append(handler(inp, weight, bias))
+        return results[-1]
+
+    with _Intercept(out_features, tracked):
+        result = layer(x)
+    if not results:
+        return result, "not_fired"
+    return result, "clean" if _is_ours(result, results[0]) else "changed"
+
+
+def _is_ours(result: Any, ours: torch.Tensor) -> bool:
+    """`result` is the handler's tensor or a view of it (a placeholder keeps its zero strides through reshapes)."""
+    if result is ours:
+        return True
+    if type(result) is not torch.Tensor or result.numel() != ours.numel() or result.numel() <= 1:
+        return False
+    return result.data_ptr() == ours.data_ptr() and all(step == 0 for step in result.stride())
+
+
+def placeholder(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """A zero tensor of `shape` that allocates one element (the handler's stand-in return value)."""
+    return torch.zeros((), dtype=like.dtype, device=like.device).expand(*shape)
+
+
+def weight_rows(weight: Any, start: int, stop: int, row_slicer: RowSlicer) -> tuple[Any | None, str]:
+    """Rows [start, stop) of an effective weight: a view for plain tensors, `row_slicer` for quantized ones."""
+    if type(weight) in (torch.Tensor, torch.nn.Parameter):
+        return weight[start:stop], ""
+    return row_slicer(weight, start, stop)
+
+
+def linear_rows_in_place(inp: torch.Tensor, weight: Any, bias: Any, rows_per_chunk: int = OUT_PROJ_ROWS):
+    """F.linear(inp, weight, bias) for 2-D `inp`, written over the rows of `inp` it has consumed.
+
+    A second [tokens, out] tensor would otherwise be allocated while the [tokens, in] input is alive. Token
+    chunk i's result is stored in input storage only rows <= i occupied (out <= in), so nothing unread is
+    overwritten. Only for plain inputs no wider than the output, without autograd; else a plain F.linear.
+    """
+    tokens = inp.shape[0] if inp.dim() == 2 else 0
+    out_features = weight.shape[0]
+    if (torch.is_grad_enabled() or type(inp) is not torch.Tensor or inp.dim() != 2 or not inp.is_contiguous()
+            or out_features > inp.shape[1] or tokens <= rows_per_chunk):
+        return F.linear(inp, weight, bias)
+    storage = inp.view(-1)
+    for start, stop in split_ranges(tokens, math.ceil(tokens / rows_per_chunk)):
+        part = F.linear(inp[start:stop], weight, bias)
+        if part.dtype != inp.dtype:
+            raise RuntimeError("in-place projection needs an output of the input's dtype")  # caller checks first
+        storage[start * out_features:stop * out_features].view(stop - start, out_features).copy_(part)
+        del part
+    return storage[:tokens * out_features].view(tokens, out_features)
+
+
+def project_in_place(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`layer(x)` for an output projection, reusing x's storage when the layer is the host's plain forward."""
+    if not forward_is_plain(layer) or torch.is_grad_enabled() or x.dim() != 2:
+        return layer(x)
+    out_features = int(getattr(layer, "out_features", 0) or 0)
+
+    def handler(inp, weight, bias):
+        if type(inp) is not torch.Tensor or type(weight) not in (torch.Tensor, torch.nn.Parameter) \
+                or weight.dtype != inp.dtype or inp.data_ptr() != x.data_ptr():
+            return F.linear(inp, weight, bias)  # quantized or cast input: the host's own matmul, whole
+        return linear_rows_in_place(inp, weight, bias)
+
+    result, _clean = run_linear_intercepted(layer, x, out_features, handler)
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
 # norm + rope
 
 
-def _norm_eps(norm: Any, dtype: torch.dtype) -> float:
-    eps = getattr(norm, "eps", None)
-    if isinstance(eps, (tuple, list)):
-        eps = eps[0]
-    return float(torch.finfo(dtype).eps if eps is None else eps)
+def plain_rms_norm_rope_(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rope: torch.Tensor,
+                         rot_dim: int) -> torch.Tensor:
+    """Per-head RMSNorm, then split-half RoPE on the first rot_dim dims, in place: x [1, S, g, D].
 
-
-def _rotate(xf: torch.Tensor, table: torch.Tensor, split_half: bool) -> torch.Tensor:
-    """Apply 2x2 rotations `table` [..., n, 2, 2] to pairs of `xf` [..., 2n] (split-half or interleaved)."""
-    table = table.to(torch.float32)
-    n = table.shape[-3]
-    if split_half:
-        a, b = xf[..., :n], xf[..., n:2 * n]
-    else:
-        pairs = xf.reshape(*xf.shape[:-1], n, 2)
-        a, b = pairs[..., 0], pairs[..., 1]
-    first = table[..., 0, 0] * a + table[..., 0, 1] * b
-    second = table[..., 1, 0] * a + table[..., 1, 1] * b
-    if split_half:
-        return torch.cat((first, second), dim=-1)
-    return torch.stack((first, second), dim=-1).flatten(-2)
-
-
-def rms_norm_rope_(x: torch.Tensor, weight: torch.Tensor | None, eps: float | None,
-                   rope: torch.Tensor | None, split_half: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-head RMSNorm (when eps is not None) then RoPE on the first 2*n dims, written to `out`.
-
-    x: [T, g, D] (any strides); rope: [T|1, g|1, n, 2, 2]; out defaults to x (in place: each token
-    block is read whole before it is written). fp32 math, one rounding to out's dtype.
+    Used only where the host has no fused kernel (comfy-kitchen missing); fp32 math, one rounding.
     """
-    out = x if out is None else out
-    tokens, heads, dim = x.shape
-    block = max(1, ROPE_BLOCK_ELEMENTS // max(1, heads * dim))
+    view = x[0]
+    tokens, _heads, dim = view.shape
+    block = max(1, ROPE_BLOCK_ELEMENTS // max(1, view[0].numel()))
     w = None if weight is None else weight.to(device=x.device, dtype=torch.float32)
+    table = rope.reshape(-1, *rope.shape[-4:]).to(torch.float32)  # [S|1, 1|g, n, 2, 2]
+    half = rot_dim // 2
     for start in range(0, tokens, block):
         stop = min(tokens, start + block)
-        xf = x[start:stop].to(torch.float32)
-        if eps is not None:
-            xf = xf * torch.rsqrt(xf.square().mean(dim=-1, keepdim=True) + eps)
-            if w is not None:
-                xf = xf * w
-        if rope is not None:
-            table = rope[start:stop] if rope.shape[0] != 1 else rope
-            rot = 2 * table.shape[-3]
-            rotated = _rotate(xf[..., :rot], table, split_half)
-            xf = torch.cat((rotated, xf[..., rot:]), dim=-1) if rot < dim else rotated
-        out[start:stop] = xf.to(out.dtype)
-    return out
+        xf = view[start:stop].to(torch.float32)
+        xf = xf * torch.rsqrt(xf.square().mean(dim=-1, keepdim=True) + eps)
+        if w is not None:
+            xf = xf * w
+        t = table[start:stop] if table.shape[0] != 1 else table
+        a, b = xf[..., :half], xf[..., half:rot_dim]
+        first = t[..., 0, 0] * a + t[..., 0, 1] * b
+        second = t[..., 1, 0] * a + t[..., 1, 1] * b
+        xf = torch.cat((first, second, xf[..., rot_dim:]), dim=-1)
+        view[start:stop] = xf.to(view.dtype)
+    return x
 
 
-def _rope_heads(rope: torch.Tensor | None, heads: int, h0: int, h1: int) -> torch.Tensor | None:
-    """Rows of a [T|1, H|1, n, 2, 2] rotation table for heads [h0, h1)."""
-    if rope is None or rope.shape[1] == 1:
-        return rope
-    if rope.shape[1] != heads:
-        raise ValueError(f"rotation table has {rope.shape[1]} heads, attention has {heads}")
-    return rope[:, h0:h1]
+def h3_qk_norm_rope(kitchen: Any, q_norm: Any, k_norm: Any, rope: torch.Tensor | None, device: torch.device):
+    """The host's q/k step for one head group: (q, k) [1, S, g, D] -> normalised (and rotated) in place.
+
+    With `kitchen` (comfy-kitchen) the host's fused `rms_rope_split_half_` is called exactly as the host calls
+    it (norm weights moved to the input's device, q_norm's eps for both); without, plain torch.
+    """
+    qw = q_norm.weight.to(device=device) if getattr(q_norm, "weight", None) is not None else None
+    kw = k_norm.weight.to(device=device) if getattr(k_norm, "weight", None) is not None else None
+    eps = q_norm.eps
+    if rope is None:
+        def norm_only(q, k):
+            s, g, d = q.shape[1:]
+            return q_norm(q.view(s, g, d)).unsqueeze(0), k_norm(k.view(s, g, d)).unsqueeze(0)
+        return norm_only
+    rot = rope.shape[-3] * 2
+    if kitchen is not None:
+        def fused(q, k):
+            kitchen.rms_rope_split_half_(q, k, rope, qw, kw, epsilon=eps, rot_dim=rot)
+            return q, k
+        return fused
+
+    def plain(q, k):
+        return plain_rms_norm_rope_(q, qw, eps, rope, rot), plain_rms_norm_rope_(k, kw, eps, rope, rot)
+    return plain
 
 
 # ----------------------------------------------------------------------------------------------
-# attention
+# H3 attention
 
 
-def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, mask: torch.Tensor | None = None,
-                   skip_reshape: bool = False, **_ignored: Any) -> torch.Tensor:
-    """The host's attention call form on torch SDPA: [B,H,S,D] in with skip_reshape, else [B,S,H*D]; out [B,S,H*D]."""
-    if not skip_reshape:
-        batch, _, width = q.shape
-        dim = width // heads
-        q, k, v = (t.reshape(batch, -1, heads, dim).transpose(1, 2) for t in (q, k, v))
-    if mask is not None and mask.ndim == 2:
-        mask = mask.unsqueeze(0)
-    if mask is not None and mask.ndim == 3:
-        mask = mask.unsqueeze(1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1)
-
-
-def h3_head_group_attention(x: torch.Tensor, qkv_proj: torch.nn.Module, q_norm: Any, k_norm: Any,
-                            out_proj: torch.nn.Module, heads: int, head_dim: int, rope_freqs: torch.Tensor | None,
-                            groups: int, attention_fn: AttentionFn, per_group_projection: bool = True,
-                            **attention_kwargs: Any) -> torch.Tensor:
+def h3_attention(attn: Any, x: torch.Tensor, rope_freqs: torch.Tensor | None, groups: int,
+                 attention_fn: AttentionFn, qk_step: Callable, row_slicer: RowSlicer,
+                 wrap: Callable[[torch.Tensor], Any], attention_kwargs: dict) -> tuple[torch.Tensor, str, str]:
     """H3 `Attention.forward` ([S, hidden] -> [S, hidden]) one head group at a time.
 
-    per_group_projection=False runs `qkv_proj(x)` whole (for layers that cannot be row-sliced) and
-    frees that buffer before the output projection.
+    Returns (output, path, reason): path "per_group" (q/k/v projected per group from row slices of the
+    host's effective weight) or "whole" (the layer's own projection ran whole; reason says why).
     """
-    seq = x.shape[0]
+    seq, heads, head_dim = x.shape[0], attn.heads, attn.head_dim
     inner = heads * head_dim
-    qkv = None if per_group_projection else qkv_proj(x)
-    out = None
-    rope = None if rope_freqs is None else rope_freqs.reshape(-1, *rope_freqs.shape[-4:])  # [S|1, H|1, n, 2, 2]
-    for h0, h1 in split_ranges(heads, groups):
-        g = h1 - h0
-        q, k, v = (_h3_rows(qkv_proj, qkv, x, part * inner + h0 * head_dim, part * inner + h1 * head_dim)
-                   for part in range(3))
-        q, k, v = (t.view(seq, g, head_dim) for t in (q, k, v))
-        if rope is not None:
-            table = _rope_heads(rope, heads, h0, h1)
-            # in place: q/k are this call's own buffers (group projection or the fallback's fused qkv)
-            q = rms_norm_rope_(q, getattr(q_norm, "weight", None), _norm_eps(q_norm, q.dtype), table)
-            k = rms_norm_rope_(k, getattr(k_norm, "weight", None), _norm_eps(k_norm, k.dtype), table)
-        else:
-            q, k = q_norm(q), k_norm(k)
-        o = attention_fn(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-                         v.transpose(0, 1).unsqueeze(0), g, mask=None, skip_reshape=True, **attention_kwargs)
-        if out is None:
-            out = torch.empty(seq, inner, dtype=o.dtype, device=o.device)
-        out[:, h0 * head_dim:h1 * head_dim] = o.reshape(seq, g * head_dim)
-        del q, k, v, o
-    del qkv  # the fused buffer (fallback path) goes before out_proj allocates
-    return project_rows_in_place(out, out_proj)
+    ranges = split_ranges(heads, groups)
+    state: dict[str, Any] = {"out": None, "reason": ""}
+
+    def attend(q, k, v, g):
+        q, k = qk_step(q.view(1, seq, g, head_dim), k.view(1, seq, g, head_dim))
+        q, k, v = (t.view(seq, g, head_dim).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+        o = attention_fn(wrap(q), wrap(k), wrap(v), g, mask=None, skip_reshape=True, **attention_kwargs)
+        return o.reshape(seq, g * head_dim)
+
+    def grouped(inp, weight, bias):
+        slices = []
+        for h0, h1 in ranges:
+            parts = []
+            for part in range(3):
+                a, b = part * inner + h0 * head_dim, part * inner + h1 * head_dim
+                w, why = weight_rows(weight, a, b, row_slicer)
+                if w is None:
+                    state["reason"] = why
+                    return F.linear(inp, weight, bias)  # the host's own whole matmul
+                parts.append((w, None if bias is None else bias[a:b]))
+            slices.append(parts)
+        out = None
+        for (h0, h1), parts in zip(ranges, slices, strict=True):
+            q, k, v = (F.linear(inp, w, b) for w, b in parts)
+            o = attend(q, k, v, h1 - h0)
+            if out is None:
+                out = torch.empty(seq, inner, dtype=o.dtype, device=o.device)
+            out[:, h0 * head_dim:h1 * head_dim] = o
+            del q, k, v, o
+        state["out"] = out
+        return placeholder((inp.shape[0], weight.shape[0]), out)
+
+    qkv, reason = _projection(attn.qkv_proj, x, 3 * inner, grouped, state)
+    if qkv is None:
+        return project_in_place(attn.out_proj, state["out"]), "per_group", ""
+    out = torch.empty(seq, inner, dtype=qkv.dtype, device=qkv.device)
+    for h0, h1 in ranges:
+        cols = [slice(p * inner + h0 * head_dim, p * inner + h1 * head_dim) for p in range(3)]
+        q, k, v = (qkv[:, c] for c in cols)  # strided views of the fused buffer, normalised in place as the host does
+        out[:, h0 * head_dim:h1 * head_dim] = attend(q, k, v, h1 - h0)
+    del qkv
+    return project_in_place(attn.out_proj, out), "whole", reason
 
 
-def project_rows_in_place(buffer: torch.Tensor, projection: Callable[[torch.Tensor], torch.Tensor],
-                          rows_per_chunk: int = 8192) -> torch.Tensor:
-    """`projection(buffer)` for a per-token projection, written over the rows of `buffer` it has consumed.
-
-    The output projection of the attention would otherwise allocate a second [tokens, hidden] tensor
-    while the [tokens, heads*head_dim] buffer is still alive. Token chunk i's result is stored in
-    buffer storage that only rows <= i occupied (the result is no wider than the buffer), so nothing
-    unread is overwritten and the result is exact. Falls back to `projection(buffer)` when that cannot
-    hold (autograd, non-contiguous buffer, a wider or other-dtype result).
-    """
-    tokens = buffer.shape[:-1].numel()
-    if torch.is_grad_enabled() or not buffer.is_contiguous() or tokens <= rows_per_chunk:
-        return projection(buffer)
-    flat_in = buffer.view(tokens, buffer.shape[-1])
-    storage = buffer.view(-1)
-    width = None
-    for start, stop in split_ranges(tokens, math.ceil(tokens / rows_per_chunk)):
-        part = projection(flat_in[start:stop])
-        if width is None:
-            width = part.shape[-1]
-            if width > buffer.shape[-1] or part.dtype != buffer.dtype:
-                del part
-                return projection(buffer)
-        storage[start * width:stop * width].view(stop - start, width).copy_(part)
-        del part
-    return storage[:tokens * width].view(*buffer.shape[:-1], width)
+def _projection(layer: torch.nn.Module, x: torch.Tensor, out_features: int, grouped: Callable,
+                state: dict) -> tuple[torch.Tensor | None, str]:
+    """Run `layer(x)` with `grouped` in place of its matmul: (None, "") when the groups ran, else (whole output, why)."""
+    if not forward_is_plain(layer):
+        return layer(x), f"{type(layer).__name__}'s forward is wrapped or hooked (an adapter may change its output)"
+    if torch.is_grad_enabled():
+        return layer(x), "autograd is on"
+    result, status = run_linear_intercepted(layer, x, out_features, grouped)
+    if state["out"] is None:  # the handler ran the host's whole matmul, or none ran: `result` is the real output
+        return result, state["reason"] or f"no F.linear of {out_features} outputs seen in {type(layer).__name__}"
+    if status == "clean":
+        return None, ""
+    state["out"] = None
+    return layer(x), f"{type(layer).__name__} changed its matmul's result (a wrapper or adapter); ran it whole"
 
 
-def _h3_rows(layer: torch.nn.Module, fused: torch.Tensor | None, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-    if fused is not None:
-        return fused[:, start:stop]
-    return linear_rows(layer, x, start, stop)
+# ----------------------------------------------------------------------------------------------
+# LTX attention
 
 
-def ltx_head_group_attention(attn: Any, x: torch.Tensor, context: torch.Tensor | None, mask: Any,
-                             pe: Any, k_pe: Any, groups: int, attention_fn: AttentionFn,
-                             slice_v: bool = True, **attention_kwargs: Any) -> torch.Tensor:
-    """LTX `CrossAttention.forward` ([B, T, dim] -> [B, T, dim]) with attention one head group at a time.
+def ltx_attention(attn: Any, x: torch.Tensor, context: torch.Tensor | None, mask: Any, pe: Any, k_pe: Any,
+                  groups: int, attention_fn: AttentionFn, rope_qk: Callable, row_slicer: RowSlicer,
+                  wrap: Callable[[torch.Tensor], Any], attention_kwargs: dict) -> tuple[torch.Tensor, str, str]:
+    """LTX `CrossAttention.forward` ([B, T, dim] -> [B, T, dim]) with v and attention one head group at a time.
 
-    q/k norms span all heads in LTX, so q and k are projected and normed whole (through the host's own
-    modules); v is projected per group when `slice_v`. RoPE is applied per group from the per-head table.
+    q/k norms span all heads in LTX, so q and k are projected, normed and rotated whole by the host's own
+    modules and RoPE function (`rope_qk(q, k, pe, k_pe)`, whatever format `pe` has); v is projected per group
+    from row slices of the host's effective to_v weight. Returns (output, path, reason) like `h3_attention`.
     """
     heads, dim_head = attn.heads, attn.dim_head
     ctx = x if context is None else context
     q = attn.q_norm(attn.to_q(x))
     k = attn.k_norm(attn.to_k(ctx))
-    v_full = None if slice_v else attn.to_v(ctx)
-    q_table, k_table, split_half = _ltx_tables(pe, k_pe)
+    if pe is not None:
+        q, k = rope_qk(q, k, pe, k_pe)
     gates = None
     if getattr(attn, "to_gate_logits", None) is not None:
         gates = 2.0 * torch.sigmoid(attn.to_gate_logits(x))
     batch, tokens, inner = q.shape
-    out = torch.empty(batch, tokens, inner, dtype=q.dtype, device=q.device)
-    for h0, h1 in split_ranges(heads, groups):
+    qk = [q, k]  # held in a list so both can be dropped before the output projection
+    del q, k
+    ranges = split_ranges(heads, groups)
+    state: dict[str, Any] = {"out": None, "reason": ""}
+
+    def attend(v_group, h0, h1, out):
         cols = slice(h0 * dim_head, h1 * dim_head)
-        qg = _ltx_rotated(q[..., cols], q_table, heads, h0, h1, dim_head, split_half)
-        kg = _ltx_rotated(k[..., cols], k_table, heads, h0, h1, dim_head, split_half)
-        vg = linear_rows(attn.to_v, ctx, cols.start, cols.stop) if v_full is None else v_full[..., cols]
-        og = attention_fn(qg, kg, vg, h1 - h0, mask=mask, attn_precision=getattr(attn, "attn_precision", None),
+        og = attention_fn(wrap(qk[0][..., cols]), wrap(qk[1][..., cols]), wrap(v_group), h1 - h0, mask=mask,
                           **attention_kwargs)
         if gates is not None:
-            og = (og.view(batch, tokens, h1 - h0, dim_head) * gates[..., h0:h1].unsqueeze(-1)).view(batch, tokens, -1)
+            og = og.view(batch, tokens, h1 - h0, dim_head) * gates[..., h0:h1].unsqueeze(-1)
+            og = og.view(batch, tokens, -1)
         out[..., cols] = og
-        del qg, kg, vg, og
-    del q, k, v_full
-    return project_rows_in_place(out, attn.to_out)
 
+    def grouped(inp, weight, bias):
+        slices = []
+        for h0, h1 in ranges:
+            w, why = weight_rows(weight, h0 * dim_head, h1 * dim_head, row_slicer)
+            if w is None:
+                state["reason"] = why
+                return F.linear(inp, weight, bias)
+            slices.append((w, None if bias is None else bias[h0 * dim_head:h1 * dim_head]))
+        out = torch.empty(batch, tokens, inner, dtype=qk[0].dtype, device=qk[0].device)
+        for (h0, h1), (w, b) in zip(ranges, slices, strict=True):
+            vg = F.linear(inp, w, b)
+            attend(vg.view(ctx.shape[0], ctx.shape[1], -1), h0, h1, out)
+            del vg
+        state["out"] = out
+        return placeholder((*inp.shape[:-1], weight.shape[0]), out)
 
-def _ltx_tables(pe: Any, k_pe: Any):
-    """(q table, k table, split_half) as [B, T, H, n, 2, 2] tensors, following the host's pe/k_pe rules."""
-    if pe is None:
-        return None, None, True
-    table, split_half = pe
-    return table, (table if k_pe is None else k_pe[0]), bool(split_half)
-
-
-def _ltx_rotated(t: torch.Tensor, table: torch.Tensor | None, heads: int, h0: int, h1: int, dim_head: int,
-                 split_half: bool) -> torch.Tensor:
-    """Columns of one head group as a fresh contiguous [B, T, g*D] tensor, rotated when a table is given."""
-    batch, tokens, _ = t.shape
-    g = h1 - h0
-    if table is None:
-        return t.contiguous()
-    out = torch.empty(batch, tokens, g * dim_head, dtype=t.dtype, device=t.device)
-    for b in range(batch):
-        tb = table[b if table.shape[0] > 1 else 0]
-        tb = tb[:, h0:h1] if tb.shape[1] == heads else tb
-        rms_norm_rope_(t[b].view(tokens, g, dim_head), None, None, tb, split_half,
-                       out=out[b].view(tokens, g, dim_head))
-    return out
+    v, reason = _projection(attn.to_v, ctx, heads * dim_head, grouped, state)
+    if v is None:
+        qk.clear()
+        return attn.to_out(state["out"]), "per_group", ""
+    out = torch.empty(batch, tokens, inner, dtype=qk[0].dtype, device=qk[0].device)
+    for h0, h1 in ranges:
+        attend(v[..., h0 * dim_head:h1 * dim_head], h0, h1, out)
+    del v
+    qk.clear()
+    return attn.to_out(out), "whole", reason
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,25 +432,3 @@ def chunked_tokens(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, 
         out.narrow(dim, start, stop - start).copy_(part)
         del part
     return out
-
-
-def swiglu_ffn(x: torch.Tensor, fc1: torch.nn.Module, fc2: torch.nn.Module) -> torch.Tensor:
-    """H3's MLP: fc2(silu(gate) * up) with gate, up = fc1(x).chunk(2) (the host fuses the activation)."""
-    gate, up = fc1(x).chunk(2, dim=-1)
-    return fc2(F.silu(gate).mul_(up))
-
-
-def chunked_swiglu_ffn(x: torch.Tensor, fc1: torch.nn.Module, fc2: torch.nn.Module, chunks: int) -> torch.Tensor:
-    """`swiglu_ffn` on token chunks of packed x [S, hidden]."""
-    return chunked_tokens(lambda part: swiglu_ffn(part, fc1, fc2), x, chunks, dim=0)
-
-
-def ffn_width(module: torch.nn.Module) -> int | None:
-    """Output width of a feed-forward's first projection (H3 `fc1`, LTX `net[0].proj`), None if unknown."""
-    first = getattr(module, "fc1", None)
-    if first is None:
-        net: Sequence[Any] | None = getattr(module, "net", None)
-        if net is not None and len(net) > 0:
-            first = getattr(net[0], "proj", net[0])
-    out_features = getattr(first, "out_features", None)
-    return int(out_features) if out_features else None

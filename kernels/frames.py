@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from ..nodes.pipeline_math import CropPlan
+from ..checks.geometry import CropPlan
 
 RESIZE_CHUNK_FRAMES = 16  # bounds the float32 working copy while resizing long clips
 SOLID_FRAME_STD = 1.5 / 255  # a frame whose every channel varies less than this is one solid colour

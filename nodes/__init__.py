@@ -1,33 +1,43 @@
 """Collects every H3Kit node class from the capability modules listed in NODE_MODULES.
 
-A module that fails to import loses its own nodes only (logged with the traceback); a node whose
-optional package is missing is left out with one log line naming the package and the nodes.
+A module that fails to import loses its own nodes only (logged with the traceback). A node whose optional
+package is missing is left out quietly: one INFO line in ComfyUI's startup log (OPTIONAL_NOTES, also shown by
+`doctor`) says which versions make it work. The command line imports this before it sets up logging, so
+`--help` prints nothing about it.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
-from collections import defaultdict
 
+from ..adapters.host import guard_input_types
 from .common import LOG
 
 # One entry per capability module in this folder; add yours here.
-NODE_MODULES: tuple[str, ...] = ("pipeline", "lowvram", "effects", "ref2va", "conditioning_cache", "turing", "preflight")
+NODE_MODULES: tuple[str, ...] = (
+    "pipeline", "lowvram", "effects", "ref2va", "conditioning_cache", "turing", "preflight", "demo",
+)
 
 IMPORT_FAILURES: dict[str, str] = {}
-DISABLED_NODES: dict[str, list[str]] = {}
+DISABLED_NODES: dict[str, list[str]] = {}  # package -> node ids left out because it is not installed
+OPTIONAL_NOTES: list[str] = []  # one line per optional node that is off, with what makes it work
 
 
 def _missing_packages(node_cls: type) -> list[str]:
     return [pkg for pkg in getattr(node_cls, "REQUIRES", ()) if importlib.util.find_spec(pkg) is None]
 
 
+def optional_note(node_cls: type, missing: list[str]) -> str:
+    """`node_cls.OPTIONAL_INSTALL` says when the node matters and the versions that work."""
+    hint = getattr(node_cls, "OPTIONAL_INSTALL", f"pip install {' '.join(missing)}")
+    return (f"H3Kit: optional node {node_cls.__name__} is off ({', '.join(missing)} not installed); "
+            f"every other node works without it. {hint}")
+
+
 def collect_nodes() -> dict[str, type]:
     """Import the capability modules and return {node_id: class} for every usable node."""
     nodes: dict[str, type] = {}
-    disabled: dict[str, list[str]] = defaultdict(list)
     for name in NODE_MODULES:
         try:
             module = importlib.import_module(f".{name}", __name__)
@@ -37,18 +47,14 @@ def collect_nodes() -> dict[str, type]:
             continue
         for node_cls in module.NODES:
             missing = _missing_packages(node_cls)
-            if missing:
-                for pkg in missing:
-                    disabled[pkg].append(node_cls.__name__)
+            if not missing:
+                nodes[node_cls.__name__] = guard_input_types(node_cls)  # a host quirk never hides the node
                 continue
-            nodes[node_cls.__name__] = node_cls
-    for pkg, node_ids in disabled.items():
-        LOG.log(
-            logging.WARNING,
-            "H3Kit: optional package '%s' is not installed; disabled nodes: %s (pip install %s)",
-            pkg, ", ".join(node_ids), pkg,
-        )
-    DISABLED_NODES.update(disabled)
+            for pkg in missing:
+                DISABLED_NODES.setdefault(pkg, []).append(node_cls.__name__)
+            OPTIONAL_NOTES.append(optional_note(node_cls, missing))
+    for note in OPTIONAL_NOTES:
+        LOG.info("%s", note)
     return nodes
 
 

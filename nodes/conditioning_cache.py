@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..adapters.host import HostUnavailable, host_loaded, host_module, model_folder
+from ..adapters.host import (
+    HostUnavailable,
+    choice_failure,
+    host_choices,
+    host_loaded,
+    host_module,
+    model_folder,
+)
 from .common import LOG, H3KitInputError, Report, category, log_once
 from .cond_cache_format import (
     CacheError,
@@ -99,7 +106,7 @@ class H3KitLoadConditioning:
     def INPUT_TYPES(cls) -> dict:
         return {
             "required": {
-                "name": (available_names(), {
+                "name": (host_choices(LOAD_ID, "name", available_names), {
                     "tooltip": "A cache file in models/conditioning_cache (made by H3KitSaveConditioning or "
                                "`python -m h3kit cond build`). Press R in ComfyUI to refresh the list.",
                     "model_folder": FOLDER_KEY,
@@ -125,6 +132,8 @@ class H3KitLoadConditioning:
             return str(exc)
         except CacheError as exc:
             return str(_input_error(LOAD_ID, exc, {"name": name}))
+        except HostUnavailable as exc:  # the host's folder registry failed: say so, with why the list was empty
+            return " ".join(filter(None, [str(exc), choice_failure(LOAD_ID, "name")]))
         return True
 
     def load(self, name: str) -> tuple[list, str, str]:

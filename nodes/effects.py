@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ..adapters.host import comfyui_version, host_loaded, host_module, parse_version
+from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module, parse_version
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
 from ..checks import facts
 from .common import H3KitInputError, Report, category, log_once
@@ -438,7 +438,7 @@ class H3KitEffectPrompt:
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
-        options = [NONE, *list_effect_files()]
+        options = [NONE, *host_choices(cls.__name__, "effect", list_effect_files)]
         effect_opts = {"default": NONE, "model_folder": "embeddings"}
         return {
             "required": {
@@ -615,7 +615,7 @@ class H3KitEffectSplice:
                 "clip": ("CLIP", {"tooltip": "The MiniMax-H3 text encoder (CLIPLoader type 'minimax')."}),
                 "prompt": ("STRING", {"multiline": True, "default": "integrated_multimodal_description: [Shot 1] ",
                                       "tooltip": "The H3 prompt, without the effect marker."}),
-                "effect": (list_effect_files(), {"model_folder": "embeddings",
+                "effect": (host_choices(cls.__name__, "effect", list_effect_files), {"model_folder": "embeddings",
                                                  "tooltip": "Effect embedding file ([N, 5120]) from models/embeddings."}),
                 "position": (list(POSITIONS), {"default": POSITIONS[0], "tooltip": POSITION_TOOLTIP}),
             },

@@ -10,22 +10,25 @@ unchanged, said in the report and the log.
 
 from __future__ import annotations
 
+import inspect
+import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ..adapters.host import HostUnavailable, host_module
+from ..adapters import kitchen
 from ..kernels import chunked
-from .common import H3KitInputError, Report, category, log_once
+from .common import LOG, H3KitInputError, Report, category, log_once
 
 SETTINGS_KEY = "h3kit_lowvram"
 LTX_ATTENTION_NAMES = ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
 LTX_FFN_NAMES = ("ff", "audio_ff")
-AUTO_RULE = ("auto: per forward, budget = free device memory / 16 clamped to [128 MiB, 1 GiB]; "
-             "head_chunks = ceil(heads / max(1, budget // (4*tokens*head_dim*bytes))); "
-             "ffn chunks = ceil(tokens / max(1, budget // (2*ffn_width*bytes))), 1 below seq_threshold")
+AUTO_RULE = ("auto: once per shape, budget = free device memory / 16 clamped to [128 MiB, 1 GiB]; "
+             "head_chunks = ceil(heads / max(1, budget // (4*tokens*head_dim*bytes))); ffn chunks = ceil(tokens / "
+             "max(1, budget // ((proj_width + act_width)*bytes))), 1 below seq_threshold; 1 = the host's own forward")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,122 +94,248 @@ def find_structure(model: Any) -> Structure:
 
 
 # ----------------------------------------------------------------------------------------------
-# host attention
+# host pieces, looked up per call
 
 
-def host_attention(attn_module: Any) -> tuple[chunked.AttentionFn, dict[str, Any], str]:
-    """The attention function the host's own forward would call, its extra kwargs, and where it came from.
+def host_attention(attn_module: Any) -> tuple[chunked.AttentionFn, dict[str, Any], str, Callable[[Any], Any]]:
+    """The attention function the host's own forward would call, its extra kwargs, its origin, and the q/k/v wrapper.
 
     Looked up at call time in the module that defines the attention class (H3 binds `optimized_attention`
     there), else in `comfy.ldm.modules.attention`; outside ComfyUI, torch SDPA (reported as a fallback).
+    Hosts that pass q/k/v in `AttentionTensorContainer`s get them wrapped the same way.
     """
     source = sys.modules.get(type(attn_module).__module__)
     fn = getattr(source, "optimized_attention", None)
     origin = f"{type(attn_module).__module__}.optimized_attention"
-    try:
-        core = host_module("comfy.ldm.modules.attention")
-    except HostUnavailable:
-        core = None
+    core = sys.modules.get("comfy.ldm.modules.attention")
     if fn is None and core is not None:
         fn, origin = core.optimized_attention, "comfy.ldm.modules.attention.optimized_attention"
     if fn is None:
-        return chunked.sdpa_attention, {}, "torch SDPA"
+        return sdpa_attention, {}, "torch SDPA", _same
     container = getattr(source, "AttentionTensorContainer", None) or getattr(core, "AttentionTensorContainer", None)
     extra: dict[str, Any] = {}
     if getattr(attn_module, "comfy_attention", None) is not None:
         extra["preferred_attention"] = attn_module.comfy_attention
-    if container is None:
-        return fn, extra, origin
+    return fn, extra, origin, (container or _same)
 
-    def call_with_containers(q, k, v, heads, **kwargs):
-        return fn(container(q), container(k), container(v), heads, **kwargs)
 
-    return call_with_containers, extra, origin
+def _same(tensor: Any) -> Any:
+    return tensor
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, mask: torch.Tensor | None = None,
+                   skip_reshape: bool = False, **_ignored: Any) -> torch.Tensor:
+    """The host's attention call form on torch SDPA: [B,H,S,D] in with skip_reshape, else [B,S,H*D]; out [B,S,H*D]."""
+    if not skip_reshape:
+        batch, _, width = q.shape
+        q, k, v = (t.reshape(batch, -1, heads, width // heads).transpose(1, 2) for t in (q, k, v))
+    if mask is not None and mask.ndim == 2:
+        mask = mask.unsqueeze(0)
+    if mask is not None and mask.ndim == 3:
+        mask = mask.unsqueeze(1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1)
+
+
+def ltx_rope(attn_module: Any) -> Callable | None:
+    """`rope(q, k, pe, k_pe) -> (q, k)` through the host's own RoPE functions of the attention's module, or None.
+
+    Every LTX host defines `apply_rotary_emb(tensor, pe)` for its own `pe` format ((cos, sin) in 0.3.64,
+    (cos, sin, split) in 0.12.1, (table, split) in >= 0.34); newer hosts fuse q and k in `apply_rotary_emb_qk`
+    when k has no own table and the shapes match. The same rule is followed here, so the numbers are the host's.
+    """
+    source = sys.modules.get(type(attn_module).__module__)
+    single = getattr(source, "apply_rotary_emb", None)
+    if single is None:
+        return None
+    pair = getattr(source, "apply_rotary_emb_qk", None)
+
+    def rope(q, k, pe, k_pe):
+        if pair is not None and k_pe is None and q.shape == k.shape:
+            return pair(q, k, pe)
+        return single(q, pe), single(k, pe if k_pe is None else k_pe)
+    return rope
+
+
+def row_slicer(weight: Any, start: int, stop: int):
+    """Rows of a quantized effective weight (comfy-kitchen layouts), or (None, why not)."""
+    if not kitchen.is_quantized(weight):
+        return None, f"weight is a {type(weight).__name__}, not a tensor or a comfy-kitchen QuantizedTensor"
+    return kitchen.quantized_rows(weight, start, stop)
+
+
+# ----------------------------------------------------------------------------------------------
+# per-forward decisions: stable counts, and a ledger of what ran
+
+
+class Planner:
+    """Chunk counts decided once per (layer kind, shape, dtype, device) and kept, so every step allocates alike."""
+
+    def __init__(self, fixed: int):
+        self.fixed, self.decided = fixed, {}
+
+    def count(self, key: tuple, decide: Callable[[], int], label: str) -> int:
+        if self.fixed:
+            return self.fixed
+        if key not in self.decided:
+            self.decided[key] = decide()
+            log_once(f"lowvram:auto:{label}:{key}", f"H3Kit low-VRAM: {label} {key[1:]} -> {self.decided[key]} (auto, "
+                     "kept for this shape)", level=logging.INFO)
+        return self.decided[key]
+
+
+class Ledger:
+    """What ran per layer kind ({kind: {"path: reason": calls}}); each new outcome is logged once."""
+
+    def __init__(self):
+        self.counts: dict[str, dict[str, int]] = {}
+
+    def record(self, kind: str, path: str, reason: str = "") -> None:
+        entry = f"{path}: {reason}" if reason else path
+        kind_counts = self.counts.setdefault(kind, {})
+        kind_counts[entry] = kind_counts.get(entry, 0) + 1
+        if kind_counts[entry] == 1:
+            level = logging.INFO if path in ("per_group", "chunked", "host (1 group)", "host (1 chunk)") else logging.WARNING
+            LOG.log(level, f"H3Kit low-VRAM {kind}: {entry}")
 
 
 # ----------------------------------------------------------------------------------------------
 # patches (callables installed as `<module>.forward`)
 
 
-def _log_auto(kind: str, tokens: int, count: int) -> None:
-    log_once(f"lowvram:auto:{kind}:{tokens}:{count}", f"H3Kit low-VRAM: {tokens} tokens -> {kind} {count} (auto)",
-             level=20)
+def _tokens(x: torch.Tensor) -> int:
+    return x.shape[-2] if x.dim() > 2 else x.shape[0]
+
+
+def _auto_groups(planner: Planner, kind: str, x: torch.Tensor, heads: int, head_dim: int) -> int:
+    tokens = _tokens(x)
+    return planner.count((kind, tokens, heads, head_dim, x.dtype, str(x.device)), lambda: chunked.auto_head_chunks(
+        tokens, heads, head_dim, x.element_size(), chunked.free_device_bytes(x.device)), f"{kind} head groups")
 
 
 class H3AttentionPatch:
-    """H3 `Attention.forward(x, rope_freqs, transformer_options)` computed one head group at a time."""
+    """H3 `Attention.forward(x, rope_freqs, transformer_options)` one head group at a time; 1 group = the host's."""
 
     h3kit_patch = "lowvram_attention"
+    kind = "H3 attention"
 
-    def __init__(self, module: Any, head_chunks: int, per_group_projection: bool):
-        self.module, self.head_chunks, self.per_group_projection = module, head_chunks, per_group_projection
+    def __init__(self, module: Any, planner: Planner, ledger: Ledger, original: Any):
+        self.module, self.planner, self.ledger, self.original = module, planner, ledger, original
 
     def __call__(self, x, rope_freqs=None, transformer_options=None):
         options = {} if transformer_options is None else transformer_options
         attn = self.module
-        groups = self.head_chunks or auto_groups(x, attn.heads, attn.head_dim)
-        fn, extra, _origin = host_attention(attn)
-        return chunked.h3_head_group_attention(
-            x, attn.qkv_proj, attn.q_norm, attn.k_norm, attn.out_proj, attn.heads, attn.head_dim, rope_freqs,
-            groups, fn, per_group_projection=self.per_group_projection, transformer_options=options, **extra)
+        groups = _auto_groups(self.planner, self.kind, x, attn.heads, attn.head_dim)
+        if groups <= 1:
+            self.ledger.record(self.kind, "host (1 group)")
+            return self.original(x, rope_freqs=rope_freqs, transformer_options=options)
+        ck, origin = kitchen.host_kitchen()
+        if rope_freqs is not None and ck is None:
+            self.ledger.record(self.kind, "plain-torch norm+rope", f"the host's fused kernel is missing: {origin}")
+        fn, extra, _origin, wrap = host_attention(attn)
+        qk_step = chunked.h3_qk_norm_rope(ck, attn.q_norm, attn.k_norm, rope_freqs, x.device)
+        out, path, reason = chunked.h3_attention(attn, x, rope_freqs, groups, fn, qk_step, row_slicer, wrap,
+                                                 {"transformer_options": options, **extra})
+        self.ledger.record(self.kind, path, reason)
+        return out
 
 
-def auto_groups(x: torch.Tensor, heads: int, head_dim: int) -> int:
-    tokens = x.shape[-2] if x.dim() > 2 else x.shape[0]
-    groups = chunked.auto_head_chunks(tokens, heads, head_dim, x.element_size(), chunked.free_device_bytes(x.device))
-    _log_auto("head_chunks", tokens, groups)
-    return groups
+class H3BlockGuard:
+    """`DiTBlock.forward` unchanged, except that an `attention=` from a block replacement is noticed and reported."""
+
+    h3kit_patch = "lowvram_block_guard"
+
+    def __init__(self, inner: Any, attention_patch: H3AttentionPatch):
+        self.inner, self.attention_patch = inner, attention_patch
+
+    def __call__(self, *args, **kwargs):
+        attention = kwargs.get("attention", args[5] if len(args) > 5 else None)
+        if attention is not None and attention is not self.attention_patch:
+            self.attention_patch.ledger.record(
+                H3AttentionPatch.kind, "bypassed", "a block replacement passed its own attention= to DiTBlock.forward; "
+                "that attention ran, not the head groups")
+        return self.inner(*args, **kwargs)
 
 
 class LTXAttentionPatch:
-    """LTX `CrossAttention.forward` with head-group attention; calls the original forward where it cannot apply."""
+    """LTX `CrossAttention.forward` with head-group attention; the host's forward where it cannot apply."""
 
     h3kit_patch = "lowvram_attention"
+    kind = "LTX attention"
 
-    def __init__(self, module: Any, head_chunks: int, slice_v: bool, original: Any):
-        self.module, self.head_chunks, self.slice_v, self.original = module, head_chunks, slice_v, original
+    def __init__(self, module: Any, planner: Planner, ledger: Ledger, original: Any):
+        self.module, self.planner, self.ledger, self.original = module, planner, ledger, original
+        self.takes_k_pe = "k_pe" in _parameters(original)
 
     def __call__(self, x, context=None, mask=None, pe=None, k_pe=None, transformer_options=None):
         options = {} if transformer_options is None else transformer_options
-        reason = self._unsupported(context, mask, options)
-        if reason:
-            log_once(f"lowvram:ltx:{reason}", f"H3Kit low-VRAM attention: {reason}; that call runs the original forward")
-            return self.original(x, context=context, mask=mask, pe=pe, k_pe=k_pe, transformer_options=options)
         attn = self.module
-        groups = self.head_chunks or auto_groups(x, attn.heads, attn.dim_head)
-        fn, extra, _origin = host_attention(attn)
-        return chunked.ltx_head_group_attention(attn, x, context, mask, pe, k_pe, groups, fn, slice_v=self.slice_v,
-                                                transformer_options=options, **extra)
+        rope = ltx_rope(attn) if pe is not None else None
+        reason = self._unsupported(context, mask, pe, k_pe, rope, options)
+        groups = 1 if reason else _auto_groups(self.planner, self.kind, x, attn.heads, attn.dim_head)
+        if reason or groups <= 1:
+            self.ledger.record(self.kind, "host" if reason else "host (1 group)", reason)
+            kwargs = {"context": context, "mask": mask, "pe": pe, "transformer_options": options}
+            if self.takes_k_pe:
+                kwargs["k_pe"] = k_pe
+            return self.original(x, **kwargs)
+        fn, extra, _origin, wrap = host_attention(attn)
+        extra = {"attn_precision": getattr(attn, "attn_precision", None), "transformer_options": options, **extra}
+        out, path, why = chunked.ltx_attention(attn, x, context, mask, pe, k_pe, groups, fn, rope, row_slicer, wrap,
+                                               extra)
+        self.ledger.record(self.kind, path, why)
+        return out
 
-    @staticmethod
-    def _unsupported(context: Any, mask: Any, options: dict) -> str:
+    def _unsupported(self, context: Any, mask: Any, pe: Any, k_pe: Any, rope: Any, options: dict) -> str:
         if context is None and options.get("stg_skip_self_attn", False):
             return "STG value passthrough"
+        if pe is not None and rope is None:
+            return "the host module has no apply_rotary_emb for this RoPE format"
+        if k_pe is not None and not self.takes_k_pe:
+            return "this host's CrossAttention takes no k_pe"
         if mask is not None and not isinstance(mask, torch.Tensor):
             return f"{type(mask).__name__} mask (guide attention)"
+        if mask is not None and not self.takes_k_pe:
+            return "masked attention on a host that calls optimized_attention_masked"
         if isinstance(mask, torch.Tensor) and mask.ndim == 4 and mask.shape[1] != 1:
             return "per-head attention mask"
         return ""
+
+
+def _parameters(fn: Any) -> tuple[str, ...]:
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()
 
 
 class ChunkedFFNPatch:
     """A per-token feed-forward run on token chunks; `inner` is the forward that was in place before."""
 
     h3kit_patch = "chunk_ffn"
+    kind = "feed-forward"
 
-    def __init__(self, inner: Any, chunks: int, seq_threshold: int, width: int | None):
-        self.inner, self.chunks, self.seq_threshold, self.width = inner, chunks, seq_threshold, width
+    def __init__(self, inner: Any, module: Any, planner: Planner, ledger: Ledger, seq_threshold: int):
+        self.inner, self.module, self.planner, self.ledger = inner, module, planner, ledger
+        self.seq_threshold, self.width = seq_threshold, chunked.ffn_widths(module)
 
     def __call__(self, x, *args, **kwargs):
-        dim = 0 if x.dim() == 2 else x.dim() - 2
+        dim = 0 if x.dim() == 2 else x.dim() - 2  # the token axis: [S, C] (H3) or [B, T, C] (LTX), never batch
         tokens = x.shape[dim]
         if tokens < self.seq_threshold:
             return self.inner(x, *args, **kwargs)
-        count = self.chunks
-        if not count:
-            width = self.width or x.shape[-1] * 4
-            count = chunked.auto_ffn_chunks(tokens, width, x.element_size(), chunked.free_device_bytes(x.device))
-            _log_auto("ffn chunks", tokens, count)
+        scaled = [name for name, layer in self.module.named_modules() if kitchen.activation_scale_is_global(layer)]
+        if scaled:
+            self.ledger.record(self.kind, "whole", f"{', '.join(scaled)} quantize(s) the input with one scale for all "
+                               "tokens; chunks would change the numbers")
+            return self.inner(x, *args, **kwargs)
+        width = self.width or x.shape[-1] * 8
+        count = self.planner.count(("ffn", tokens, width, x.dtype, str(x.device)), lambda: chunked.auto_ffn_chunks(
+            tokens, width, x.element_size(), chunked.free_device_bytes(x.device)), "ffn chunks")
+        if count <= 1:
+            self.ledger.record(self.kind, "host (1 chunk)")
+            return self.inner(x, *args, **kwargs)
+        self.ledger.record(self.kind, "chunked")
         return chunked.chunked_tokens(lambda part: self.inner(part, *args, **kwargs), x, count, dim=dim)
 
 
@@ -247,10 +376,12 @@ def _unchanged(model: Any, report: Report, key: str, message: str):
 class H3KitLowVRAMAttention:
     DISPLAY_NAME = "H3Kit Low-VRAM Attention (head groups)"
     CATEGORY = category("Memory")
-    DESCRIPTION = ("Runs attention one head group at a time on the H3 DiT and LTX-2.5 blocks: q/k/v are projected "
-                   "per group, so the fused qkv buffer never exists whole. Output identical to the unpatched model; "
-                   "the host's attention (SageAttention, overrides) still applies. Use it when a long or large video "
-                   "runs out of memory or gets very slow (spills into system memory).")
+    DESCRIPTION = ("Runs attention one head group at a time on the H3 DiT and LTX-2.5 blocks, through the host's own "
+                   "layers: q/k/v come from row slices of the weights the host would use (LoRA, lowvram patches, int8/"
+                   "fp8/NVFP4 weights included), normalised with the host's own kernel, so the fused qkv buffer never "
+                   "exists whole. Where a layer cannot be split (other quantized formats, wrapped layers) it runs whole "
+                   "and the log says so. Auto leaves short sequences to the host's forward. Measured numbers: "
+                   "docs/benchmarks.md.")
     FUNCTION = "patch"
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
@@ -261,8 +392,9 @@ class H3KitLowVRAMAttention:
             "model": ("MODEL", {"tooltip": "An H3 or LTX-2.5 diffusion model. It is cloned; the input is not modified."}),
             "head_chunks": ("INT", {"default": 0, "min": 0, "max": 64, "step": 1, "tooltip":
                                     "Head groups per attention layer. 0 = auto (from tokens, heads and free VRAM, each "
-                                    "group under ~1 GiB); 1 = off (model returned unchanged); 16 is a good manual value "
-                                    "for H3 at 1344x768x362. Too few groups can spill into system memory and run slower."}),
+                                    "group under ~1 GiB; 1 group = the host's own forward; decided once per shape); "
+                                    "1 = off (model returned unchanged); 16 is a good manual value for H3 at "
+                                    "1344x768x362."}),
         }}
 
     def patch(self, model, head_chunks=0):
@@ -276,49 +408,86 @@ class H3KitLowVRAMAttention:
         if found.family is None or not found.attention:
             return _unchanged(model, report, f"structure:{found.reason}", f"model returned unchanged: {found.reason or 'no attention layers'}")
         patched = model.clone()
-        counts = {"patched": 0, "whole_projection": 0, "kept_foreign": 0}
+        planner, ledger = Planner(head_chunks), Ledger()
+        counts = {"patched": 0, "kept_foreign": 0}
         for target in found.attention:
-            self._patch_one(patched, target, head_chunks, counts, report, found.family)
+            self._patch_one(patched, target, planner, ledger, counts, report, found.family)
         if counts["patched"] == 0:
             return _unchanged(model, report, "foreign", "model returned unchanged: every attention layer already "
                               "carries another node's patch")
         _with_settings(patched, head_chunks=head_chunks)
-        _fn, _extra, origin = host_attention(found.attention[0].module)
+        _fn, _extra, origin, _wrap = host_attention(found.attention[0].module)
         if origin == "torch SDPA":
             report.fallback("sdpa", "ComfyUI's attention function is not importable here; torch SDPA is used")
+        _ck, kitchen_origin = kitchen.host_kitchen()
+        if found.family == "h3" and _ck is None:
+            report.fallback("kitchen", f"{kitchen_origin}: q/k norm+RoPE in plain torch (not the host's fused kernel; "
+                            "not bitwise equal to the host)")
+        replacements = _block_replacements(patched)
+        if replacements:
+            report.warn(f"{replacements} block replacement patch(es) present: one that passes its own attention= "
+                        "bypasses the head groups; that is detected and logged per forward")
         report.set(status="patched", family=found.family, layers_patched=counts["patched"],
-                   per_group_projection=counts["patched"] - counts["whole_projection"], attention_function=origin,
+                   attention_function=origin, norm_rope_kernel=_rope_kernel(found.family, _ck, kitchen_origin),
+                   decided="per forward, from the layer as it is then: per_group | whole (reason) | host | bypassed; "
+                           "each new outcome is logged once (logger H3Kit)",
+                   weights=_weight_summary([t.module for t in found.attention], found.family),
                    rule=AUTO_RULE if head_chunks == 0 else "fixed")
         return (patched, report.json())
 
     @staticmethod
-    def _patch_one(patched, target: Target, head_chunks: int, counts: dict, report: Report, family: str) -> None:
+    def _patch_one(patched, target: Target, planner: Planner, ledger: Ledger, counts: dict, report: Report,
+                   family: str) -> None:
         key = f"{target.key}.forward"
         existing = _existing_patch(patched, key)
         if existing is not None and getattr(existing, "h3kit_patch", None) != "lowvram_attention":
             counts["kept_foreign"] += 1
             report.fallback(f"foreign:{family}", f"{target.key}: another node already patched this forward; left as is")
             return
-        module = target.module
+        original = existing.original if existing is not None else patched.get_model_object(key)
         if target.kind == "h3_attn":
-            reason = chunked.unsliceable_reason(module.qkv_proj)
-            patch = H3AttentionPatch(module, head_chunks, per_group_projection=reason is None)
+            patch = H3AttentionPatch(target.module, planner, ledger, original)
+            block_key = target.key.rsplit(".", 1)[0] + ".forward"
+            inner = patched.get_model_object(block_key)
+            if getattr(inner, "h3kit_patch", None) == "lowvram_block_guard":
+                inner = inner.inner
+            patched.add_object_patch(block_key, H3BlockGuard(inner, patch))
         else:
-            reason = chunked.unsliceable_reason(module.to_v)
-            original = existing.original if existing is not None else patched.get_model_object(key)
-            patch = LTXAttentionPatch(module, head_chunks, slice_v=reason is None, original=original)
-        if reason is not None:
-            counts["whole_projection"] += 1
-            report.fallback(f"whole:{family}:{reason}", f"{target.key}: projection run whole, not per head group ({reason})")
+            patch = LTXAttentionPatch(target.module, planner, ledger, original)
         patched.add_object_patch(key, patch)
         counts["patched"] += 1
+
+
+def _rope_kernel(family: str, ck: Any, origin: str) -> str:
+    if family == "ltx":
+        return "the host module's own apply_rotary_emb"
+    return origin if ck is not None else "plain torch"
+
+
+def _block_replacements(model: Any) -> int:
+    options = getattr(model, "model_options", {}).get("transformer_options", {})
+    return len(options.get("patches_replace", {}).get("dit", {}))
+
+
+def _weight_summary(modules: list, family: str) -> str:
+    """What the first attention layer's projection weight is, and what that means for the per-group path."""
+    layer = modules[0].qkv_proj if family == "h3" else modules[0].to_v
+    weight = getattr(layer, "weight", None)
+    if kitchen.is_quantized(weight):
+        layout = kitchen.layout_name(weight)
+        if layout in kitchen.ROW_SLICEABLE_LAYOUTS:
+            return f"{layout}: per-group row slices of the quantized weight, the host's quantized matmul"
+        return f"{layout}: no exact row slice; the projection runs whole (fused buffer built), attention still per group"
+    return "plain weights: per-group row slices of the weight the host's cast path returns (LoRA applied)"
 
 
 class H3KitChunkFeedForward:
     DISPLAY_NAME = "H3Kit Chunk Feed-Forward (token chunks)"
     CATEGORY = category("Memory")
-    DESCRIPTION = ("Runs the feed-forward of every H3 DiT / LTX-2.5 block on token chunks, so its 4-5x wide "
-                   "intermediate never exists for the whole sequence. Output identical to the unpatched model.")
+    DESCRIPTION = ("Runs the feed-forward of every H3 DiT / LTX-2.5 block on token chunks through the host's own "
+                   "forward, so its 4-5x wide intermediate never exists for the whole sequence. Layers that quantize "
+                   "their input with one scale for all tokens (NVFP4/FP8 without a stored input scale) are left whole, "
+                   "since chunks would change their numbers; the log says so. Measured numbers: docs/benchmarks.md.")
     FUNCTION = "patch"
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
@@ -329,8 +498,8 @@ class H3KitChunkFeedForward:
             "model": ("MODEL", {"tooltip": "An H3 or LTX-2.5 diffusion model. It is cloned; the input is not modified."}),
             "chunks": ("INT", {"default": 0, "min": 0, "max": 256, "step": 1, "tooltip":
                                "Token chunks per feed-forward. 0 = auto (from tokens, FFN width and free VRAM, each "
-                               "chunk under ~1 GiB); 1 = off (model returned unchanged); 8 is a good manual value for "
-                               "H3 at 1344x768x362."}),
+                               "chunk under ~1 GiB, decided once per shape); 1 = off (model returned unchanged); 8 is "
+                               "a good manual value for H3 at 1344x768x362."}),
             "seq_threshold": ("INT", {"default": 4096, "min": 0, "max": 1048576, "step": 256, "tooltip":
                                       "Sequences shorter than this many tokens run unchunked (no overhead on small "
                                       "inputs such as text or audio streams)."}),
@@ -348,6 +517,7 @@ class H3KitChunkFeedForward:
         if found.family is None or not found.ffn:
             return _unchanged(model, report, f"structure:{found.reason}", f"model returned unchanged: {found.reason or 'no feed-forward layers'}")
         patched = model.clone()
+        planner, ledger = Planner(chunks), Ledger()
         for target in found.ffn:
             key = f"{target.key}.forward"
             current = patched.get_model_object(key)
@@ -355,9 +525,15 @@ class H3KitChunkFeedForward:
                 current = current.inner  # re-applying replaces our own chunking instead of nesting it
             elif _existing_patch(patched, key) is not None:
                 log_once(f"lowvram:ffn-compose:{found.family}", f"H3Kit: chunking around another node's patch on {key}")
-            patched.add_object_patch(key, ChunkedFFNPatch(current, chunks, seq_threshold, chunked.ffn_width(target.module)))
+            patched.add_object_patch(key, ChunkedFFNPatch(current, target.module, planner, ledger, seq_threshold))
+        scaled = sorted({name for t in found.ffn for name, layer in t.module.named_modules()
+                         if kitchen.activation_scale_is_global(layer)})
+        if scaled:
+            report.fallback("input-scaled", f"feed-forward layers {', '.join(scaled)} quantize their input with one "
+                            "scale for all tokens: those feed-forwards run whole (exact), not chunked")
         _with_settings(patched, ffn_chunks=chunks, seq_threshold=seq_threshold)
         report.set(status="patched", family=found.family, layers_patched=len(found.ffn),
+                   decided="per forward: chunked | host (1 chunk) | whole (reason); each new outcome is logged once",
                    rule=AUTO_RULE if chunks == 0 else "fixed")
         return (patched, report.json())
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from ..adapters.host import host_loaded, host_module
+from ..adapters.host import host_choices, host_loaded, host_module
 from ..checks import facts
+from ..checks import geometry as pm
 from ..kernels import frames as fk
-from . import pipeline_math as pm
 from .common import H3KitInputError, Report, category
 
 CATEGORY = category("Pipeline")
@@ -284,7 +284,7 @@ class H3KitRefineSetup:
                 "manual_sigmas": ("STRING", {"default": facts.SIGMA_EXAMPLE, "multiline": False, "tooltip":
                                   "Used only with schedule 'manual': comma-separated, finite, in [0, 1], strictly "
                                   "descending, ending at 0."}),
-                "sampler": (available_samplers(), {"default": "euler", "tooltip":
+                "sampler": (host_choices(cls.__name__, "sampler", available_samplers), {"default": "euler", "tooltip":
                             "Sampler for the refine steps (euler: what the schedules were measured with)."}),
                 "allow_repaint": ("BOOLEAN", {"default": False, "tooltip":
                                   f"Allow a first sigma above {facts.REPAINT_SIGMA_LIMIT:g}. Off: refused, because at "

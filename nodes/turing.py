@@ -230,6 +230,8 @@ class H3KitSageAttention:
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
     REQUIRES = ("sageattention", "triton")
+    OPTIONAL_INSTALL = ("It is for RTX 20xx (sm_75) only: pip install sageattention==1.0.6 with Triton 3.2 (torch 2.6's); "
+                        "newer GPUs use ComfyUI's own --use-sage-attention with sageattention 2.x.")
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:

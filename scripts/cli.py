@@ -20,9 +20,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m h3kit") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m h3kit",
+        prog=prog,
         description="H3Kit: MiniMax-H3 -> LTX-2.5 two-stage pipeline tools for ComfyUI.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -34,9 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m h3kit") -> int:
+    """`prog` is how the user started us (`python -m h3kit`, or `python custom_nodes/H3Kit` from a plain clone)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     return int(args._run(args) or 0)
 
 

@@ -1,5 +1,7 @@
-"""The two-stage handoff on a synthetic H3 draft, no GPU and no weights: build a 124-frame 672x384 draft with a
-5.17 s tone, run H3KitDraftToLTX and the guards, mux the result to mp4 (h264 + aac), decode it back and check it.
+"""The two-stage handoff on a synthetic H3 draft, no GPU and no weights. The draft (124 frames 672x384) shows its
+frame number, clock and a frame code on every frame; its audio is a tone that changes every second. It goes
+through H3KitDraftToLTX and the guards, is muxed to mp4 (h264 + aac), decoded back and checked, and a contact sheet
+PNG shows what the handoff did: every frame kept or dropped, the crop box, the waveform with the audio cut.
 
 The LTX-2.5 refine itself needs the model weights, so the demo muxes the handoff frames (672x384, the size LTX's
 VAE encodes) with the trimmed draft audio. Exit status 0 only when every check passed.
@@ -8,21 +10,21 @@ VAE encodes) with the trimmed draft audio. Exit status 0 only when every check p
 from __future__ import annotations
 
 import argparse
+import io
 import json
-import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 DRAFT_FRAMES, DRAFT_W, DRAFT_H, FPS = 124, 672, 384, 24.0
 TARGET_W, TARGET_H = 1344, 768
-AUDIO_SECONDS, SAMPLE_RATE, TONE_HZ = 5.17, 32000, 440.0
-SQUARE, SQUARE_SPEED = 64, 4  # a moving square makes every frame distinct, so trimming is visible
+SAMPLE_RATE = 44100
 
 
 @dataclass
 class DemoResult:
     path: Path
+    sheet: Path
     lines: list[str] = field(default_factory=list)
     checks: list[tuple[bool, str]] = field(default_factory=list)
 
@@ -34,22 +36,27 @@ class DemoResult:
         self.checks.append((bool(ok), text))
 
 
-def synthetic_draft():
-    """124 frames 672x384: a colour gradient with a white square moving right; a 440 Hz stereo tone of 5.17 s."""
-    import torch
+def sheet_path(video: Path) -> Path:
+    return video.with_name(video.stem + "_sheet.png")
 
-    x = torch.linspace(0, 1, DRAFT_W).view(1, DRAFT_W)
-    y = torch.linspace(0, 1, DRAFT_H).view(DRAFT_H, 1)
-    base = torch.stack([x.expand(DRAFT_H, -1), y.expand(-1, DRAFT_W), (1 - x) * 0.6 + 0.2 * y], dim=-1)
-    frames = base.unsqueeze(0).repeat(DRAFT_FRAMES, 1, 1, 1)
-    top = (DRAFT_H - SQUARE) // 2
-    for i in range(DRAFT_FRAMES):
-        left = 16 + i * SQUARE_SPEED
-        frames[i, top:top + SQUARE, left:left + SQUARE, :] = 1.0
-    samples = round(AUDIO_SECONDS * SAMPLE_RATE)
-    t = torch.arange(samples, dtype=torch.float64) / SAMPLE_RATE
-    tone = (0.3 * torch.sin(2 * math.pi * TONE_HZ * t)).float()
-    return frames, {"waveform": tone.view(1, 1, -1).repeat(1, 2, 1), "sample_rate": SAMPLE_RATE}
+
+def synthetic_draft():
+    """The H3KitTestPattern draft: 124 frames 672x384 at 24 fps and its stepped stereo tone of the same length."""
+    from ..nodes.demo import H3KitTestPattern
+
+    frames, audio, _ = H3KitTestPattern().execute(DRAFT_W, DRAFT_H, DRAFT_FRAMES, FPS, SAMPLE_RATE)
+    return frames, audio
+
+
+def read_frame_code(image, width: int, height: int) -> int:
+    """The frame number burned into a decoded frame (uint8 [H, W, 3]) as black/white cells."""
+    from ..kernels.testpattern import frame_code_cells
+
+    value = 0
+    for x0, y0, x1, y1 in frame_code_cells(width, height):
+        cx, cy = (x0 + x1) // 2, (y0 + y1) // 2
+        value = value * 2 + int(float(image[cy - 2:cy + 3, cx - 2:cx + 3].mean()) > 127)
+    return value
 
 
 def _guards_catch_planted_faults(result: DemoResult, handoff_frames) -> None:
@@ -81,9 +88,7 @@ def _guards_catch_planted_faults(result: DemoResult, handoff_frames) -> None:
             result.check(False, f"{type(node).__name__} let a planted {name} through")
 
 
-def _verify_file(result: DemoResult, frames, audio, draft) -> None:
-    import numpy as np
-
+def _verify_file(result: DemoResult, frames, audio) -> None:
     from ..kernels.mux import read_mp4
 
     info = read_mp4(result.path)
@@ -97,29 +102,67 @@ def _verify_file(result: DemoResult, frames, audio, draft) -> None:
     result.check(gap <= frame_s, f"audio {info.audio_seconds:.3f} s at {info.sample_rate} Hz, {info.channels} ch: "
                                  f"{gap * 1000:.1f} ms from the video (limit one frame = {frame_s * 1000:.1f} ms)")
     result.check(info.audio_rms > 0.1, f"audio is the tone, not silence (RMS {info.audio_rms:.3f})")
-    src = (frames.clamp(0, 1) * 255).round().byte().numpy()
-    first_err = float(np.abs(info.first_frame.astype(float) - src[0]).mean()) / 255
-    last_err = float(np.abs(info.last_frame.astype(float) - src[-1]).mean()) / 255
-    draft_last = (draft[-1].clamp(0, 1) * 255).round().byte().numpy()
-    tail_err = float(np.abs(info.last_frame.astype(float) - draft_last).mean()) / 255
-    result.check(first_err < 0.03 and last_err < 0.03,
-                 f"decoded first/last frames match the kept draft frames 0 and {kept - 1} "
-                 f"(mean abs error {first_err:.4f} / {last_err:.4f})")
-    result.check(last_err < tail_err, f"the dropped frames are the tail: the last decoded frame is draft frame "
-                                      f"{kept - 1}, not {draft.shape[0] - 1} (error {last_err:.4f} vs {tail_err:.4f})")
+    first = read_frame_code(info.first_frame, DRAFT_W, DRAFT_H)
+    last = read_frame_code(info.last_frame, DRAFT_W, DRAFT_H)
+    result.check((first, last) == (0, kept - 1),
+                 f"the decoded video runs from draft frame {first} to {last} (read from the burned-in frame code): "
+                 f"the dropped frames {kept}..{DRAFT_FRAMES - 1} are the tail")
     audio_s = audio["waveform"].shape[-1] / audio["sample_rate"]
-    result.lines.append(f"  file       {result.path} ({result.path.stat().st_size / 1024:.0f} KiB; handoff audio "
+    result.lines.append(f"  video      {result.path} ({result.path.stat().st_size / 1024:.0f} KiB; handoff audio "
                         f"{audio_s:.3f} s)")
+
+
+def _tone_steps(result: DemoResult, audio, changes: list[float]) -> None:
+    """The handoff kept the tone's timing: the loudest frequency of each second is the one the pattern plays."""
+    import numpy as np
+
+    from ..kernels.testpattern import GAP_S, TONE_STEP_S, TONE_STEPS_HZ
+
+    wave = audio["waveform"][0, 0].double().numpy()
+    rate = audio["sample_rate"]
+    heard, expected = [], []
+    for k in range(len(changes) + 1):
+        window = wave[round((k * TONE_STEP_S + GAP_S) * rate):round((k + 1) * TONE_STEP_S * rate)]
+        if window.size < rate // 4:
+            break
+        spectrum = np.abs(np.fft.rfft(window * np.hanning(window.size)))
+        heard.append(float(np.fft.rfftfreq(window.size, 1 / rate)[int(spectrum.argmax())]))
+        expected.append(TONE_STEPS_HZ[k % len(TONE_STEPS_HZ)])
+    ok = len(heard) >= 4 and all(abs(h - e) <= 4 for h, e in zip(heard, expected, strict=True))
+    result.check(ok, "handoff audio keeps the tone's steps at " + ", ".join(f"{t:g} s" for t in changes) + ": "
+                 + ", ".join(f"{h:.0f}" for h in heard) + " Hz per second (expected "
+                 + ", ".join(f"{e:.0f}" for e in expected) + ")")
+
+
+def _draw_sheet(result: DemoResult, draft, draft_audio, report: dict, overwrite: bool) -> None:
+    from PIL import Image
+
+    from ..adapters.files import write_bytes
+    from ..kernels.contact_sheet import handoff_sheet
+
+    sheet = handoff_sheet(draft.numpy(), report, draft_audio["waveform"][0].numpy(), draft_audio["sample_rate"])
+    buffer = io.BytesIO()
+    sheet.save(buffer, format="PNG")
+    write_bytes(result.sheet, buffer.getvalue(), overwrite=overwrite)
+    with Image.open(result.sheet) as saved:
+        result.check(saved.size == sheet.size, f"contact sheet {saved.size[0]}x{saved.size[1]} written and re-read")
+    result.lines.append(f"  sheet      {result.sheet} (all {report['source']['frames']} draft frames: "
+                        f"{report['kept_frames']} kept in green, {report['dropped_frames']} dropped in red; "
+                        "waveform with the audio cut)")
 
 
 def run_demo(output: Path, overwrite: bool = False) -> DemoResult:
     from ..kernels.mux import write_mp4
+    from ..kernels.testpattern import tone_changes
     from ..nodes.pipeline import H3KitDraftToLTX, H3KitFrameGuard
 
-    result = DemoResult(Path(output))
+    result = DemoResult(Path(output), sheet_path(Path(output)))
     draft, draft_audio = synthetic_draft()
-    result.lines.append(f"  draft      {DRAFT_FRAMES} frames {DRAFT_W}x{DRAFT_H} @ {FPS:g} fps "
-                        f"({DRAFT_FRAMES / FPS:.3f} s) + {TONE_HZ:g} Hz tone {AUDIO_SECONDS} s @ {SAMPLE_RATE} Hz stereo")
+    seconds = draft_audio["waveform"].shape[-1] / draft_audio["sample_rate"]
+    changes = tone_changes(seconds)
+    result.lines.append(f"  draft      {DRAFT_FRAMES} frames {DRAFT_W}x{DRAFT_H} @ {FPS:g} fps ({DRAFT_FRAMES / FPS:.3f} s), "
+                        f"frame number + clock burned in; stereo tone {seconds:.3f} s @ {SAMPLE_RATE} Hz changing at "
+                        + ", ".join(f"{t:g}" for t in changes) + " s")
     frames, audio, kept, dropped, report_json = H3KitDraftToLTX().execute(
         draft, TARGET_W, TARGET_H, "trim_to_8n_plus_1", "cover_crop", FPS, audio=draft_audio)
     report = json.loads(report_json)
@@ -130,29 +173,36 @@ def run_demo(output: Path, overwrite: bool = False) -> DemoResult:
     guard = json.loads(H3KitFrameGuard().execute(frames)[1])
     result.check(guard["status"] == "ok", f"H3KitFrameGuard passes the handoff frames ({guard['solid_frames']} solid, "
                                           f"{guard['nan_count']} NaN)")
+    _tone_steps(result, audio, [t for t in changes if t < report["audio"]["out_s"]])
     _guards_catch_planted_faults(result, frames)
     result.lines.append("  refine     LTX-2.5 x2 refine skipped (needs weights); muxing the handoff frames")
     write_mp4(result.path, frames, FPS, audio, overwrite=overwrite)
-    _verify_file(result, frames, audio, draft)
+    _verify_file(result, frames, audio)
+    _draw_sheet(result, draft, draft_audio, report, overwrite)
     return result
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", type=Path, help="where to write the mp4 (default: a new temporary folder)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    parser.add_argument("--output", type=Path, help="where to write the mp4 (default: a new temporary folder); the "
+                                                    "contact sheet goes next to it as <name>_sheet.png")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output and its sheet if they exist")
 
 
 def run(args: argparse.Namespace) -> int:
     output = args.output or Path(tempfile.mkdtemp(prefix="h3kit-demo-")) / "h3kit_demo.mp4"
-    if output.exists() and not args.overwrite:
-        print(f"ERROR: {output} exists. Choose another --output, or add --overwrite to replace it.")
-        return 2
-    print("H3Kit demo: synthetic H3 draft -> H3KitDraftToLTX -> guards -> mp4 (h264 + aac) -> decoded back")
+    for path in (output, sheet_path(output)):
+        if path.exists() and not args.overwrite:
+            print(f"ERROR: {path} exists. Choose another --output, or add --overwrite to replace it.")
+            return 2
+    print("H3Kit demo: synthetic H3 draft -> H3KitDraftToLTX -> guards -> mp4 (h264 + aac) -> decoded back; "
+          "contact sheet")
     result = run_demo(output, overwrite=args.overwrite)
     print("\n".join(result.lines))
     print("checks:")
     for ok, text in result.checks:
         print(f"  [{'ok' if ok else 'FAIL'}] {text}")
     print(f"demo {'passed' if result.passed else 'FAILED'}: {sum(ok for ok, _ in result.checks)}/{len(result.checks)} "
-          f"checks; video at {result.path}")
+          "checks")
+    print(f"video:         {result.path}")
+    print(f"contact sheet: {result.sheet}  (open it: every draft frame kept/dropped, crop box, audio cut)")
     return 0 if result.passed else 1

@@ -54,6 +54,8 @@ from . import schemas as schema_src
 
 VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov", ".avi"}
 DOWNLOAD_TIMEOUT = "download timeout"
+# Core nodes that write a file on every successful run: one that lists none is a lost output.
+FILE_SAVERS = {"SaveVideo", "SaveImage", "SaveAudio", "SaveAnimatedWEBP", "SaveAnimatedPNG", "SaveWEBM"}
 PRINT_LOCK = threading.Lock()
 
 
@@ -142,9 +144,14 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
     files, refused = jobs.output_files(entry)
     checks = [Check(FAIL, "download", f"the server listed an output we cannot fetch safely: {item}",
                     "check the server's output folder by hand") for item in refused]
-    if not files and not refused:
+    listed = {item.node_id for item in files}
+    for nid, node in job.graph.items():
+        if isinstance(node, dict) and node.get("class_type") in FILE_SAVERS and str(nid) not in listed:
+            checks.append(Check(FAIL, "download", f"node {nid} ({node['class_type']}) finished but the server lists "
+                                "no file from it", "check the server log and its output folder", node_id=str(nid)))
+    if not files and not refused and not any(c.status == FAIL for c in checks):
         checks.append(Check(WARN, "download", "the job finished but listed no output files",
-                            "check that the graph has a SaveVideo/SaveImage node"))
+                            "add a SaveVideo/SaveImage node to get a file back"))
     folder = Path(args.out) / prompt_id  # prompt_id passed safe_id: a plain name, never a path
     for item in files:
         try:

@@ -1,17 +1,19 @@
 from __future__ import annotations
 
 import pytest
-from comfyui_host import ComfyUIServer, comfyui_dir_or_reason, comfyui_python
+from comfyui_host import ComfyUIServer, configured_hosts
 from hypothesis import settings
 
+_HOSTS, _NO_HOST_REASON = configured_hosts()
 
-@pytest.fixture(scope="session")
-def comfyui_server():
-    """A real ComfyUI with H3Kit linked in (tier b). Skipped, with the reason, when COMFYUI_DIR is unset."""
-    comfyui_dir, reason = comfyui_dir_or_reason()
-    if comfyui_dir is None:
-        pytest.skip(reason)
-    server = ComfyUIServer(comfyui_dir, comfyui_python())
+
+@pytest.fixture(scope="session", params=_HOSTS or [None], ids=[h.name for h in _HOSTS] or ["no-host"])
+def comfyui_server(request):
+    """A real ComfyUI with H3Kit linked in (tier b), once per host in COMFYUI_DIRS / COMFYUI_DIR.
+    Skipped, with the reason, when no host is configured; tests skip per capability with `server.require`."""
+    if request.param is None:
+        pytest.skip(_NO_HOST_REASON)
+    server = ComfyUIServer(request.param)
     server.start()
     try:
         yield server
@@ -21,8 +23,9 @@ def comfyui_server():
 
 
 def pytest_report_header(config):
-    _, reason = comfyui_dir_or_reason()
-    return f"h3kit tier (b): {'enabled' if not reason else 'skipped - ' + reason}"
+    if not _HOSTS:
+        return f"h3kit tier (b): skipped - {_NO_HOST_REASON}"
+    return "h3kit tier (b): " + ", ".join(f"{h.name} ({h.launch}, {h.python})" for h in _HOSTS)
 
 
 # Fuzz tier (hypothesis): "ci" is the default, short and reproducible (<= 60 s for all tests/test_fuzz_*.py on

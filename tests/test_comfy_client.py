@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from h3kit.adapters import comfy_client as cc
 from h3kit.checks.problem import printable
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 class Fake:
@@ -105,6 +107,35 @@ def test_server_file_names_that_name_nothing_are_refused(name):
 def test_long_server_file_name_is_shortened_keeping_its_extension():
     name = cc.safe_basename("é" * 300 + ".mp4")
     assert len(name.encode()) <= 200 and name.endswith(".mp4")
+
+
+@given(st.one_of(st.text(max_size=300), st.integers(), st.none()))
+def test_any_server_file_name_is_a_plain_basename_or_refused(name):
+    try:
+        base = cc.safe_basename(name)
+    except cc.BadResponse:
+        return
+    assert base not in ("", ".", "..") and not base.startswith(".") and len(base.encode()) <= 200
+    assert "/" not in base and "\\" not in base and printable(base) == base
+
+
+@given(st.text(max_size=200))
+def test_any_server_id_is_a_plain_identifier_or_refused(value):
+    try:
+        ident = cc.safe_id(value)
+    except cc.BadResponse:
+        return
+    assert ident == value and "/" not in ident and "\\" not in ident and ".." not in ident
+
+
+@given(st.text(max_size=100))
+def test_any_server_address_is_normalised_or_refused_as_invalid(text):
+    try:
+        url = cc.normalise_server(text)
+    except cc.BadServerURL as exc:
+        assert exc.exit_code == 2
+        return
+    assert url.startswith(("http://", "https://")) and cc.origin(url)[1]
 
 
 def test_control_characters_from_a_server_are_not_printed():
@@ -242,6 +273,18 @@ def test_websocket_frame_over_the_cap_is_refused_before_its_payload():
     listener, url = _ws_server(bytes([0x81, 127]) + struct.pack("!Q", 400 * 1024 * 1024))
     with listener:
         ws = cc.ComfyClient(url).websocket("c1")
-        with pytest.raises(cc.BadResponse, match="websocket frame"):
+        with pytest.raises(cc.BadResponse, match="websocket message"):
+            ws.recv_event(2.0)
+        ws.close()
+
+
+def test_websocket_message_split_into_small_frames_is_capped_as_a_whole():
+    piece = b"x" * 1000
+    frames = bytes([0x01, 126]) + struct.pack("!H", 1000) + piece  # text, not final
+    frames += (bytes([0x00, 126]) + struct.pack("!H", 1000) + piece) * 20  # continuation frames
+    listener, url = _ws_server(frames)
+    with listener:
+        ws = cc.ComfyClient(url).websocket("c1", cap=5000)
+        with pytest.raises(cc.BadResponse, match="websocket message"):
             ws.recv_event(2.0)
         ws.close()

@@ -366,19 +366,17 @@ def test_provenance_output_describes_the_file(cache_dir):
 
 def test_inside_comfyui_the_folder_is_registered_under_models(tmp_path, monkeypatch):
     registered: dict = {}
-    fake = types.ModuleType("folder_paths")
+    fake = types.ModuleType("folder_paths")  # the public API only: no folder_names_and_paths to write to (issue 17)
     fake.models_dir = str(tmp_path / "models")
-    fake.folder_names_and_paths = registered
 
     def add_model_folder_path(kind, path, is_default=False):
         registered.setdefault(kind, ([], set()))[0].append(path)
 
     fake.add_model_folder_path = add_model_folder_path
-    fake.get_folder_paths = lambda kind: list(registered[kind][0])
+    fake.get_folder_paths = lambda kind: list(registered[kind][0])  # KeyError for an unknown kind, like the host
     monkeypatch.setitem(sys.modules, "folder_paths", fake)
     monkeypatch.setenv("H3KIT_COND_CACHE_DIR", str(tmp_path / "ignored_inside_comfyui"))
     assert cache_folders() == [tmp_path / "models" / "conditioning_cache"]
-    assert registered["conditioning_cache"][1] == {".safetensors"}
     save_node(None, ltx_like(), name="in_comfy")
     assert (tmp_path / "models" / "conditioning_cache" / "in_comfy.safetensors").is_file()
     assert H3KitLoadConditioning.INPUT_TYPES()["required"]["name"][0] == ["in_comfy.safetensors"]

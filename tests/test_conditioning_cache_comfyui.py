@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import pytest
 import torch
+from comfyui_host import execution_errors
 from h3kit.nodes import cond_cache_format as fmt
 from test_conditioning_cache import ltx_like
 from test_conditioning_cache_cli import run_cond
@@ -25,8 +25,7 @@ def server_cache(comfyui_server):
 
 
 def _served_names(server) -> list[str]:
-    with urllib.request.urlopen(f"{server.url}/object_info/H3KitLoadConditioning", timeout=30) as response:
-        info = json.loads(response.read())
+    info = server.get("/object_info/H3KitLoadConditioning")  # through the pack's own client
     return info["H3KitLoadConditioning"]["input"]["required"]["name"][0]
 
 
@@ -82,7 +81,7 @@ def test_save_refuses_to_replace_a_different_file_on_the_server(comfyui_server, 
     }
     entry = comfyui_server.run_graph(graph)
     assert entry["status"]["status_str"] == "error"
-    errors = [data for event, data in entry["status"]["messages"] if event == "execution_error"]
+    errors = execution_errors(entry)
     assert errors and "overwrite" in errors[0]["exception_message"]
     assert (server_cache / "taken.safetensors").read_bytes() == before
 
@@ -90,5 +89,5 @@ def test_save_refuses_to_replace_a_different_file_on_the_server(comfyui_server, 
 def test_cond_build_preflight_names_the_missing_encoder(comfyui_server, capsys):
     code = run_cond("build", "--server", comfyui_server.url, "--text", "x", "--clip", "no_such_encoder.safetensors",
                     "--type", "ltxv", "--name", "r")
-    assert code == 1
+    assert code == 2  # README: 2 = refused before anything runs
     assert "no text encoder 'no_such_encoder.safetensors'" in capsys.readouterr().err

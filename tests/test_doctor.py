@@ -8,6 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
+from comfyui_host import execution_error
 from h3kit.checks import environment, rules, rules_files, rules_lints, server
 from h3kit.checks.problem import FAIL, PASS, WARN
 from h3kit.scripts import doctor
@@ -435,7 +436,7 @@ def test_preflight_strict_stops_a_real_comfyui_run(comfyui_server):
     }
     entry = comfyui_server.run_graph(graph)
     assert entry["status"]["status_str"] == "error"
-    error = next(data for event, data in entry["status"]["messages"] if event == "execution_error")
+    error = execution_error(entry)
     assert error["node_type"] == "H3KitPreflight" and "8n+1" in error["exception_message"]
     graph["1"]["inputs"]["strict"] = False
     entry = comfyui_server.run_graph(graph)

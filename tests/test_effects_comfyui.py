@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from comfyui_host import execution_errors
 from safetensors.torch import save_file
 
 pytestmark = pytest.mark.comfyui
@@ -62,6 +63,6 @@ def test_effect_prompt_runs_on_the_server(server_effects, position, expected):
 def test_wrong_width_effect_fails_loudly_on_the_server(server_effects):
     entry = server_effects.run_graph(effect_graph("h3kit_fx_t5.safetensors"))
     assert entry["status"]["status_str"] == "error"
-    errors = [m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"]
+    errors = execution_errors(entry)
     assert errors and "4096" in errors[0]["exception_message"] and "T5-XXL" in errors[0]["exception_message"]
     assert errors[0]["node_type"] == "H3KitEffectPrompt"

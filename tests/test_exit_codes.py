@@ -86,11 +86,14 @@ def test_offline_validate_exits_2_on_errors_and_0_when_valid(tmp_path, workflow)
 class HostileHistory:
     """A ComfyUI stand-in whose finished /history entry lists an output the client must refuse."""
 
-    def __init__(self, outputs: dict, prompt_id: str = "p1"):
+    def __init__(self, outputs: dict, prompt_id: str = "p1", saver: bool = False):
         info = {"EmptyImage": {"input": {"required": {k: ["INT", {}] for k in ("width", "height", "batch_size",
                                                                                "color")}},
                                "output": ["IMAGE"], "output_node": False},
                 "PreviewImage": {"input": {"required": {"images": ["IMAGE", {}]}}, "output": [], "output_node": True}}
+        if saver:
+            info["SaveImage"] = {"input": {"required": {"images": ["IMAGE", {}], "filename_prefix": ["STRING", {}]}},
+                                 "output": [], "output_node": True}
         entry = {prompt_id: {"status": {"status_str": "success", "completed": True, "messages": []},
                              "outputs": outputs}}
 
@@ -143,6 +146,17 @@ def test_run_with_a_path_as_prompt_id_exits_1_and_writes_nothing(workflow, tmp_p
     finally:
         server.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wf.json"]
+
+
+def test_run_whose_save_node_lists_no_file_exits_1(tmp_path):
+    graph = {**GRAPH, "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "x"}}}
+    path = tmp_path / "save.json"
+    path.write_text(json.dumps(graph))
+    server = HostileHistory({}, saver=True)
+    try:
+        assert call(run, [str(path), "--server", server.url, "--out", str(tmp_path / "o")]) == 1
+    finally:
+        server.close()
 
 
 def test_run_job_that_crashes_exits_1(workflow, tmp_path, monkeypatch):

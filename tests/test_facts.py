@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from h3kit.checks import facts
+from hypothesis import given
+from hypothesis import strategies as st
 
 ROOT = Path(facts.__file__).resolve().parent.parent
 PACKAGES = ("adapters", "checks", "kernels", "nodes", "scripts")
@@ -150,3 +152,22 @@ print(heavy)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# --- the sigma grammar, fuzzed ------------------------------------------------------------------
+
+@given(st.text(max_size=200))
+def test_any_text_is_a_schedule_or_a_sigma_error(text):
+    try:
+        values = facts.parse_sigmas(text)
+    except facts.SigmaError:
+        return
+    assert len(values) >= 2 and values[-1] == 0.0 and all(0.0 <= v <= 1.0 for v in values)
+    assert all(a > b for a, b in zip(values, values[1:], strict=False))
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1.0, exclude_min=True), min_size=1, max_size=8, unique=True),
+       st.sampled_from([", ", " ", ";", " -> ", ",\n"]))
+def test_every_descending_schedule_ending_at_0_parses_back(values, separator):
+    schedule = sorted(values, reverse=True) + [0.0]
+    assert facts.parse_sigmas(separator.join(repr(v) for v in schedule)) == schedule

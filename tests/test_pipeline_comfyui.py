@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from comfyui_host import combo_options, execution_error
 
 pytestmark = pytest.mark.comfyui
 
@@ -28,12 +29,6 @@ def draft_graph(frame_guard_inputs: dict, pad_left: int = 32) -> dict:
 
 def report_of(entry: dict, node_id: str) -> dict:
     return json.loads(entry["outputs"][node_id]["text"][0])
-
-
-def execution_error(entry: dict) -> dict:
-    errors = [body for kind, body in entry["status"]["messages"] if kind == "execution_error"]
-    assert errors, entry["status"]
-    return errors[0]
 
 
 def test_handoff_and_frame_guard_run_on_core_images(comfyui_server):
@@ -78,8 +73,8 @@ def test_latent_guard_stops_an_all_zero_latent(comfyui_server):
 def test_refine_setup_offers_the_servers_samplers(comfyui_server):
     info = comfyui_server.object_info()
     ours = info["H3KitRefineSetup"]["input"]["required"]["sampler"]
-    core = info["KSamplerSelect"]["input"]["required"]["sampler_name"]
-    assert ours[0] == core[0] and ours[1]["default"] == "euler"
+    core = info["KSamplerSelect"]["input"]["required"]["sampler_name"]  # classic or V3 layout, by host
+    assert ours[0] == combo_options(core) and ours[1]["default"] == "euler"
 
 
 def test_server_rejects_an_off_grid_target_before_running(comfyui_server):

@@ -1,4 +1,6 @@
-"""Issue 3: `python -m h3kit demo` writes a real mp4; the test decodes it itself with PyAV and checks it."""
+"""Issue 3: `python -m h3kit demo` writes a real mp4; the test decodes it itself with PyAV and checks it.
+Issue 15: it also writes a contact sheet PNG, which the test decodes: one tile per draft frame, kept tiles framed
+green, dropped ones red, each tile read back through the frame code burned into the draft."""
 
 from __future__ import annotations
 
@@ -6,8 +8,11 @@ import subprocess
 import sys
 
 import av
+import cv2
 import numpy as np
 import pytest
+from h3kit.kernels.contact_sheet import AXIS_RGB, CUT_RGB, DROPPED_RGB, KEPT_RGB
+from h3kit.kernels.testpattern import frame_code_cells
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +29,49 @@ def test_demo_exits_zero_and_says_what_it_verified(demo_run):
     assert "demo passed" in proc.stdout and "[FAIL]" not in proc.stdout
     for fact in ("121 frames", "672x384", "h264", "aac", "F10", "F01"):
         assert fact in proc.stdout, fact
-    assert str(out) in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert f"video:         {out}" in lines
+    assert any(line.startswith(f"contact sheet: {out.with_name('demo_sheet.png')}") for line in lines)
+    assert proc.stderr == ""
+
+
+def _mask(image: np.ndarray, rgb: tuple[int, int, int]) -> np.ndarray:
+    return np.all(image == np.array(rgb, np.uint8), axis=-1).astype(np.uint8)
+
+
+def _tiles(image: np.ndarray, rgb) -> list[tuple[int, int, int, int]]:
+    """Bounding boxes (x, y, w, h) of the frames drawn in `rgb`, in reading order; small marks (legend, strip) skipped."""
+    count, _, stats, _ = cv2.connectedComponentsWithStats(_mask(image, rgb), connectivity=8)
+    boxes = [tuple(int(v) for v in stats[i][:4]) for i in range(1, count) if stats[i][2] >= 40 and stats[i][3] >= 24]
+    return sorted(boxes, key=lambda b: (b[1] // 10, b[0]))
+
+
+def _frame_number(image: np.ndarray, box: tuple[int, int, int, int], border: int = 3) -> int:
+    """Read the 9-cell frame code out of one tile, scaling the pattern's cell layout to the thumbnail."""
+    x, y, w, h = box
+    inner_w, inner_h = w - 2 * border, h - 2 * border
+    value = 0
+    for x0, y0, x1, y1 in frame_code_cells(672, 384):
+        cx = x + border + round((x0 + x1) / 2 * inner_w / 672)
+        cy = y + border + round((y0 + y1) / 2 * inner_h / 384)
+        value = value * 2 + int(image[cy, cx].mean() > 127)
+    return value
+
+
+def test_demo_contact_sheet_marks_kept_and_dropped_frames(demo_run):
+    _, out = demo_run
+    sheet = out.with_name("demo_sheet.png")
+    image = cv2.cvtColor(cv2.imread(str(sheet), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    kept, dropped = _tiles(image, KEPT_RGB), _tiles(image, DROPPED_RGB)
+    assert (len(kept), len(dropped)) == (121, 3)  # every one of the 124 draft frames, once
+    assert [_frame_number(image, b) for b in kept] == list(range(121))
+    assert [_frame_number(image, b) for b in dropped] == [121, 122, 123]
+    # the waveform panel: the cut line sits at 121/24 = 5.042 s of a 124/24 = 5.167 s axis
+    panel = max(_tiles(image, AXIS_RGB), key=lambda b: b[2])
+    cut_columns = np.flatnonzero(_mask(image, CUT_RGB)[panel[1] + 5:panel[1] + 60].all(axis=0))
+    assert cut_columns.size >= 1
+    where = (cut_columns.mean() - panel[0]) / panel[2]
+    assert abs(where - (121 / 124)) < 0.005
 
 
 def test_demo_mp4_decodes_to_121_frames_with_audio_in_sync(demo_run):
@@ -54,3 +101,13 @@ def test_demo_never_overwrites_an_existing_file(demo_run):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--overwrite" in proc.stdout
     assert out.read_bytes() == before
+
+
+def test_demo_never_overwrites_an_existing_contact_sheet(tmp_path):
+    sheet = tmp_path / "new_sheet.png"
+    sheet.write_bytes(b"mine")
+    proc = subprocess.run([sys.executable, "-m", "h3kit", "demo", "--output", str(tmp_path / "new.mp4")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == f"ERROR: {sheet} exists. Choose another --output, or add --overwrite to replace it.\n"
+    assert sheet.read_bytes() == b"mine" and not (tmp_path / "new.mp4").exists()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import h3kit
 import pytest
+from comfyui_host import execution_error
 from h3kit.checks.validator import validate_file, validate_graph
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.ref2va import (
@@ -442,5 +443,5 @@ def test_prompt_node_runs_on_the_real_server(comfyui_server):
     bad["1"]["inputs"]["length"] = 240
     entry = comfyui_server.run_graph(bad, timeout=60)
     assert entry["status"]["status_str"] == "error"
-    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    error = execution_error(entry)
     assert "length 240" in error["exception_message"] and "use 226 or 243" in error["exception_message"]

@@ -81,12 +81,24 @@ def test_missing_optional_package_disables_only_its_nodes(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "h3kit.nodes.fake_family", _fake_module("fake_family", [needs_missing, fine]))
     monkeypatch.setattr(registry, "NODE_MODULES", ("fake_family",))
     monkeypatch.setattr(registry, "DISABLED_NODES", {})
-    with caplog.at_level(logging.WARNING, logger="H3Kit"):
+    monkeypatch.setattr(registry, "OPTIONAL_NOTES", [])
+    with caplog.at_level(logging.INFO, logger="H3Kit"):
         found = registry.collect_nodes()
     assert set(found) == {"H3KitFine"}
-    lines = [r.getMessage() for r in caplog.records if "h3kit_surely_absent_pkg" in r.getMessage()]
-    assert len(lines) == 1 and "H3KitNeedsMissing" in lines[0]
+    lines = [r for r in caplog.records if "h3kit_surely_absent_pkg" in r.getMessage()]
+    # one INFO line for ComfyUI's log: an optional node that is off is not a warning
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO and "H3KitNeedsMissing" in lines[0].getMessage()
     assert registry.DISABLED_NODES == {"h3kit_surely_absent_pkg": ["H3KitNeedsMissing"]}
+    assert registry.OPTIONAL_NOTES == [lines[0].getMessage()]
+
+
+def test_sage_note_names_the_versions_that_work():
+    from h3kit.nodes.turing import H3KitSageAttention
+
+    note = registry.optional_note(H3KitSageAttention, ["sageattention", "triton"])
+    assert note == ("H3Kit: optional node H3KitSageAttention is off (sageattention, triton not installed); every other "
+                    "node works without it. It is for RTX 20xx (sm_75) only: pip install sageattention==1.0.6 with "
+                    "Triton 3.2 (torch 2.6's); newer GPUs use ComfyUI's own --use-sage-attention with sageattention 2.x.")
 
 
 def test_broken_module_loses_only_its_own_nodes(monkeypatch, caplog):

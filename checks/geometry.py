@@ -1,6 +1,6 @@
-"""Pure geometry of the handoff: how a draft frame is resized and cropped to the LTX size, and how many
-audio samples cover the kept frames. No torch and no ComfyUI here. The grids, limits and the sigma
-grammar these build on are facts in checks/facts.py.
+"""Pure geometry of the two-stage handoff: how a draft frame is resized and cropped to the LTX size, and
+how many audio samples cover the kept frames. Shared by H3KitDraftToLTX (nodes/pipeline.py), its kernels
+(kernels/frames.py) and run's output expectations. The grids it builds on are in checks/facts.py.
 """
 
 from __future__ import annotations

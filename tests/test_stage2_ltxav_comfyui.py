@@ -1,0 +1,192 @@
+"""Issue 17, tier (b): the stage-2 half of the shipped h3_ltx_two_stage_cached_cond graph, executed through
+POST /prompt on a host that has the real LTX-2 audio-video model (LTXAV), with tiny random-weight checkpoints
+written by the host's own classes (tests/tiny_ltx_models.py) and loaded by its own loaders.
+
+The graph is the shipped file cut at the handoff: a synthetic H3 draft (LoadImage + RepeatImageBatch frames,
+LoadAudio audio) replaces stage 1; every other node, input and link is the shipped one, with tiny model files
+and a small target size. Skipped on hosts without LTXAV (a capability read from /object_info).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import subprocess
+import wave
+from pathlib import Path
+
+import av
+import pytest
+import torch
+from comfyui_host import FLAT_SAVEVIDEO, LTXAV, execution_error
+from h3kit.nodes.cond_cache_format import save_conditioning
+from PIL import Image
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.comfyui
+
+WORKFLOW = Path(__file__).resolve().parent.parent / "workflows" / "api" / "h3_ltx_two_stage_cached_cond.json"
+WRITER = Path(__file__).resolve().parent / "tiny_ltx_models.py"
+HANDOFF = "16"  # H3KitDraftToLTX: the cut
+STAGE1 = {"1", "2", "3", "4", "5", "6", "8", "9", "10", "11", "12", "13", "14", "15"}
+DRAFT_W, DRAFT_H, DRAFT_FRAMES = 128, 64, 22  # an H3-grid count (17k+5); half the target: no resample
+TARGET_W, TARGET_H = 256, 128
+KEPT_FRAMES = 17  # 22 trimmed to the LTX grid 8n+1
+FPS = 24.0
+SAMPLE_RATE = 48000
+CAPTION_CHANNELS = 16  # tiny_ltx_models.DIT_CONFIG: context is [video | audio] halves of this width each
+
+
+def _write_draft_image(path: Path) -> None:
+    """A gradient with a checkerboard: texture for the VAE, never a solid frame."""
+    image = Image.new("RGB", (DRAFT_W, DRAFT_H))
+    image.putdata([
+        (int(255 * x / DRAFT_W), int(255 * y / DRAFT_H), 255 if (x // 8 + y // 8) % 2 else 40)
+        for y in range(DRAFT_H) for x in range(DRAFT_W)
+    ])
+    image.save(path)
+
+
+def _write_draft_audio(path: Path, seconds: float) -> None:
+    """Stereo 16-bit PCM: 440 Hz left, 660 Hz right."""
+    frames = bytearray()
+    for i in range(int(seconds * SAMPLE_RATE)):
+        for freq in (440.0, 660.0):
+            frames += int(12000 * math.sin(2 * math.pi * freq * i / SAMPLE_RATE)).to_bytes(2, "little", signed=True)
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(2)
+        out.setsampwidth(2)
+        out.setframerate(SAMPLE_RATE)
+        out.writeframes(bytes(frames))
+
+
+@pytest.fixture(scope="module")
+def ltx_host(comfyui_server):
+    """The server, with tiny LTX-2 checkpoints in its models/, a cached refine prompt and a draft in input/."""
+    comfyui_server.require(LTXAV)
+    install_tiny_ltx(comfyui_server)
+    return comfyui_server
+
+
+def install_tiny_ltx(comfyui_server) -> None:
+    result = subprocess.run(
+        [comfyui_server.python, str(WRITER), "--comfyui-dir", str(comfyui_server.comfyui_dir),
+         "--models", str(comfyui_server.models_dir), "--dit", "healthy", "--dit", "garbage", "--dit", "nan"],
+        cwd=comfyui_server.comfyui_dir, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    generator = torch.Generator().manual_seed(3)
+    context = torch.randn(1, 8, 2 * CAPTION_CHANNELS, generator=generator)
+    cache_dir = comfyui_server.models_dir / "conditioning_cache"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    save_conditioning(cache_dir, "tiny_refine", [[context, {}]], prompt_text="tiny refine prompt", encoder="test")
+    _write_draft_image(comfyui_server.base_dir / "input" / "h3kit_draft.png")
+    _write_draft_audio(comfyui_server.base_dir / "input" / "h3kit_draft.wav", seconds=DRAFT_FRAMES / FPS)
+
+
+def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: str = "stage2") -> dict:
+    """The shipped graph minus stage 1, fed by a synthetic draft, with tiny models and this host's SaveVideo layout."""
+    shipped = json.loads(WORKFLOW.read_text())
+    graph = {nid: copy.deepcopy(node) for nid, node in shipped.items() if nid not in STAGE1}
+    graph["d1"] = {"class_type": "LoadImage", "inputs": {"image": "h3kit_draft.png"}}
+    graph["d2"] = {"class_type": "RepeatImageBatch", "inputs": {"image": ["d1", 0], "amount": DRAFT_FRAMES}}
+    graph["d3"] = {"class_type": "LoadAudio", "inputs": {"audio": "h3kit_draft.wav"}}
+    graph[HANDOFF]["inputs"].update(frames=["d2", 0], audio=["d3", 0], target_width=TARGET_W, target_height=TARGET_H)
+    graph["21"]["inputs"]["vae_name"] = "tiny_ltx_video_vae.safetensors"
+    graph["23"]["inputs"]["model_name"] = "tiny_ltx_upscaler_x2.safetensors"
+    graph["25"]["inputs"]["unet_name"] = f"tiny_ltxav_{dit}.safetensors"
+    graph["27"]["inputs"]["name"] = "tiny_refine.safetensors"
+    if lowvram:  # the shipped refiner link 25 -> 30 gets the two memory patches in between
+        graph["m1"] = {"class_type": "H3KitLowVRAMAttention", "inputs": {"model": ["25", 0], "head_chunks": 2}}
+        graph["m2"] = {"class_type": "H3KitChunkFeedForward",
+                       "inputs": {"model": ["m1", 0], "chunks": 4, "seq_threshold": 0}}
+        graph["m3"] = {"class_type": "PreviewAny", "inputs": {"source": ["m1", 1]}}
+        graph["m4"] = {"class_type": "PreviewAny", "inputs": {"source": ["m2", 1]}}
+        graph["30"]["inputs"]["model"] = ["m2", 0]
+    save = graph["41"]["inputs"]
+    save["filename_prefix"] = f"h3kit/{prefix}"
+    if server.has(FLAT_SAVEVIDEO):  # this host's SaveVideo takes format + codec, not the >=0.34 format.codec
+        save["codec"] = save.pop("format.codec")
+    graph["s1"] = {"class_type": "SaveLatent", "inputs": {"samples": ["33", 0], "filename_prefix": f"h3kit/{prefix}"}}
+    return graph
+
+
+def report_of(entry: dict, node_id: str) -> dict:
+    return json.loads(entry["outputs"][node_id]["text"][0])
+
+
+def saved_files(server, entry: dict, node_id: str) -> list[Path]:
+    outputs = entry["outputs"][node_id]
+    infos = [info for key in ("images", "videos", "latents", "gifs") for info in outputs.get(key, [])]
+    return [server.output_path(info) for info in infos]
+
+
+def refined_latent(server, entry: dict) -> torch.Tensor:
+    (path,) = [p for p in (server.base_dir / "output" / "h3kit").glob("*.latent")
+               if p.name.startswith(entry["_prefix"])]
+    return load_file(str(path))["latent_tensor"]
+
+
+def run(server, **kwargs) -> dict:
+    entry = server.run_graph(stage2_graph(server, **kwargs), timeout=600)
+    entry["_prefix"] = kwargs.get("prefix", "stage2")
+    return entry
+
+
+def test_stage2_runs_on_ltxav_and_writes_a_verified_mp4_with_the_drafts_audio(ltx_host):
+    entry = run(ltx_host, prefix="healthy")
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:4000]
+    (video_path,) = saved_files(ltx_host, entry, "41")
+    assert video_path.suffix == ".mp4" and video_path.stat().st_size > 0
+    with av.open(str(video_path)) as container:
+        (video,) = container.streams.video
+        audio_streams = list(container.streams.audio)
+        frames = [frame for frame in container.decode(video=0)]
+        assert (video.codec_context.width, video.codec_context.height) == (TARGET_W, TARGET_H)
+        assert len(frames) == KEPT_FRAMES
+        assert len(audio_streams) == 1, "the draft's audio must be muxed into the refined video"
+        container.seek(0)
+        samples = sum(f.samples for f in container.decode(audio=0))
+        seconds = samples / audio_streams[0].codec_context.sample_rate
+    assert abs(seconds - KEPT_FRAMES / FPS) < 0.05, seconds  # trimmed with the frames, not the 22-frame draft
+    handoff = report_of(entry, "42")
+    assert handoff["encoder"] == {"width": TARGET_W // 2, "height": TARGET_H // 2, "frames": KEPT_FRAMES}
+    guard = report_of(entry, "44")
+    assert guard["status"] == "ok", guard
+    assert guard["correlation"]["samples"] >= 0.5  # the shipped min_correlation held on a refiner that changes little
+    latent = refined_latent(ltx_host, entry)
+    assert list(latent.shape) == [1, 128, 3, TARGET_H // 32, TARGET_W // 32]  # upsampled x2 from the 128x64 encode
+
+
+def test_latent_guard_stops_a_refiner_with_nan_weights(ltx_host):
+    entry = run(ltx_host, dit="nan", prefix="nan")
+    assert entry["status"]["status_str"] == "error"
+    error = execution_error(entry)
+    assert error["node_type"] == "H3KitLatentGuard", error
+    assert "NaN" in error["exception_message"] and "Fix:" in error["exception_message"]
+    assert not saved_files_exist(ltx_host, "nan")
+
+
+def test_latent_guard_stops_a_refiner_whose_output_is_garbage(ltx_host):
+    entry = run(ltx_host, dit="garbage", prefix="garbage")
+    assert entry["status"]["status_str"] == "error"
+    error = execution_error(entry)
+    assert error["node_type"] == "H3KitLatentGuard", error
+    assert "correlates" in error["exception_message"] and "min_correlation 0.5" in error["exception_message"]
+    assert not saved_files_exist(ltx_host, "garbage")
+
+
+def saved_files_exist(server, prefix: str) -> bool:
+    return any((server.base_dir / "output" / "h3kit").glob(f"{prefix}*.mp4"))
+
+
+def test_lowvram_patches_on_real_ltxav_blocks_give_the_unpatched_output(ltx_host):
+    plain = run(ltx_host, prefix="plain")
+    patched = run(ltx_host, lowvram=True, prefix="patched")
+    for entry in (plain, patched):
+        assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:4000]
+    attention, feed_forward = report_of(patched, "m3"), report_of(patched, "m4")
+    assert attention["status"] == "patched" and attention["layers_patched"] >= 6, attention  # attn1/2, audio, a2v, v2a
+    assert feed_forward["status"] == "patched", feed_forward
+    assert torch.equal(refined_latent(ltx_host, patched), refined_latent(ltx_host, plain))
