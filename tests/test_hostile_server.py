@@ -180,7 +180,7 @@ def test_a_400_mb_websocket_frame_is_refused_before_its_payload(workflow, server
     finally:
         tracemalloc.stop()
     out = capsys.readouterr().out
-    assert "websocket frame of 419,430,400 bytes" in out and peak < 16 * MIB
+    assert "websocket message of 419,430,400 bytes" in out and peak < 16 * MIB
 
 
 def test_a_1_byte_per_second_download_stops_at_the_timeout(workflow, server, tmp_path, capsys):
