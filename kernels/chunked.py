@@ -131,15 +131,18 @@ def forward_is_plain(layer: torch.nn.Module) -> bool:
 
 
 class _Intercept(TorchFunctionMode):
-    def __init__(self, out_features: int, handler: Callable[..., torch.Tensor]):
+    """Hands the first F.linear with an [out_features, in_features] weight to `handler`; every other op runs as is."""
+
+    def __init__(self, out_features: int, in_features: int | None, handler: Callable[..., torch.Tensor]):
         super().__init__()
-        self.out_features, self.handler, self.fired = out_features, handler, False
+        self.out_features, self.in_features, self.handler, self.fired = out_features, in_features, handler, False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not self.fired and func in (F.linear, torch._C._nn.linear):
             weight = args[1] if len(args) > 1 else kwargs.get("weight")
-            if weight is not None and weight.shape[0] == self.out_features:
+            if (weight is not None and weight.dim() == 2 and weight.shape[0] == self.out_features
+                    and self.in_features in (None, weight.shape[1])):
                 self.fired = True
                 bias = args[2] if len(args) > 2 else kwargs.get("bias")
                 return self.handler(args[0], weight, bias)
@@ -159,7 +162,7 @@ def run_linear_intercepted(layer: torch.nn.Module, x: torch.Tensor, out_features
         results.append(handler(inp, weight, bias))
         return results[-1]
 
-    with _Intercept(out_features, tracked):
+    with _Intercept(out_features, getattr(layer, "in_features", None), tracked):
         result = layer(x)
     if not results:
         return result, "not_fired"
