@@ -350,14 +350,19 @@ def test_healthy_40_node_graph_queues_with_at_most_200_ms_added(editor, server):
             timings[enabled].append(editor.js(measure))
     editor.set_setting(PREFLIGHT_SETTING, True)
     assert editor.preflight_dialog().count() == 0, editor.preflight_dialog().inner_text()
+    # the check itself, as the browser timed it: the preflight requests run before each /prompt
+    checks = editor.js("""performance.getEntriesByType('resource').filter(e => e.name.includes('/h3kit/preflight')
+                          && e.initiatorType === 'fetch').map(e => e.duration)""")[-7:]
     added = statistics.median(timings[True]) - statistics.median(timings[False])
-    result = {"frontend": ".".join(map(str, editor.version)), "host": server.host.name, "nodes": 40,
-              "median_ms_with": statistics.median(timings[True]), "median_ms_without": statistics.median(timings[False]),
-              "added_ms": added, "runs": 7}
+    result = {"frontend": ".".join(map(str, editor.version)), "host": server.host.name, "nodes": 40, "runs": 7,
+              "median_ms_with": round(statistics.median(timings[True]), 1),
+              "median_ms_without": round(statistics.median(timings[False]), 1), "added_ms": round(added, 1),
+              "preflight_request_median_ms": round(statistics.median(checks), 1), "preflight_request_max_ms": round(max(checks), 1)}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with open(ARTIFACTS / "preflight-latency.jsonl", "a", encoding="utf-8") as log:
         log.write(json.dumps(result) + "\n")
-    assert added <= MAX_ADDED_LATENCY_MS, result
+    assert len(checks) == 7 and added <= MAX_ADDED_LATENCY_MS, result
+    assert result["preflight_request_median_ms"] <= MAX_ADDED_LATENCY_MS, result
 
 
 def test_editor_works_when_the_extension_cannot_load(chromium, server):
