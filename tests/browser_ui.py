@@ -18,6 +18,8 @@ import shutil
 import time
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 # window.app is a global in 1.27 and 1.58; 1.40 only exposes it as comfyAPI.app.app
 APP = "(window.app ?? window.comfyAPI?.app?.app)"
@@ -111,6 +113,11 @@ class Editor:
         self.page.keyboard.press("Escape")  # a first-run template dialog, if any
 
     @property
+    def pack_section(self) -> str:
+        """Where the template browser lists custom-node templates."""
+        return "Extensions" if self.issues_panel else "Custom Nodes"
+
+    @property
     def issues_panel(self) -> bool:
         """The newer UI reports missing nodes in an Issues tab instead of a dialog."""
         return self.version >= (1, 40)
@@ -149,7 +156,11 @@ class Editor:
         self.js("() => { app.extensionManager.command.execute('Comfy.BrowseTemplates'); }")
         entry = self.page.locator(".p-dialog li.p-listbox-option, [role=dialog] *, [data-reka-dialog-content] *") \
             .get_by_text(module, exact=True).first
-        entry.click(timeout=30_000)
+        try:
+            entry.click(timeout=15_000)
+        except PlaywrightTimeout:  # the section that holds pack templates can open collapsed: expand it
+            self.page.get_by_text(self.pack_section, exact=True).first.click()
+            entry.click(timeout=15_000)
         card = self.page.locator(f"[data-testid='template-workflow-{name}']")
         if not card.count():
             card = self.page.locator(".template-card").filter(

@@ -271,12 +271,12 @@ def test_f23_repaint_cliff_is_stopped_before_prompt_with_node_and_fix(editor, se
     assert "Fix: use schedule identity_0.78, or set allow_repaint true" in text
     item.click()
     assert editor.selected_node_ids() == [node_id]  # the click shows the node
+    editor.screenshot(ARTIFACTS / f"preflight-f23-v{'.'.join(map(str, editor.version))}.png")
     dialog.get_by_role("button", name="Cancel").click()
     editor.page.wait_for_timeout(1000)
     assert editor.posts("/api/h3kit/preflight", pressed), "the preflight route was not asked"
     assert editor.posts("/api/prompt", pressed) == [], "POST /prompt was sent although the preflight failed"
     assert set(server.get("/history")) == history and _server_queue_size(server) == queued  # the server got nothing
-    editor.screenshot(ARTIFACTS / f"preflight-f23-v{'.'.join(map(str, editor.version))}.png")
 
 
 def test_run_anyway_queues_the_graph(editor, server):
@@ -373,10 +373,10 @@ def test_editor_works_when_the_extension_cannot_load(chromium, server):
         blocked.load_workflow(_ui_workflow(RUNNABLE_WORKFLOW))
         blocked.page.wait_for_function(f"app.graph.nodes.length === {len(_api_graph(RUNNABLE_WORKFLOW))}",
                                        timeout=30_000)
+        assert blocked.page_errors == []  # the missing extension broke nothing while the editor loaded
         pressed = blocked.queue()
         blocked.page.wait_for_timeout(3000)
         assert len(blocked.posts("/api/prompt", pressed)) == 1
         assert blocked.posts("/api/h3kit/preflight") == []
-        assert blocked.page_errors == []
     finally:
         context.close()
