@@ -16,7 +16,6 @@ anything else the server did wrong 1.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import urllib.parse
@@ -27,12 +26,13 @@ from typing import Any
 
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_UNREACHABLE
 from ..checks.problem import printable
+from . import bounded_json
 from .files import write_new
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
-MAX_JSON_BYTES = 64 * 1024 * 1024  # /history, /queue, /prompt answers; /object_info gets its own cap
-MAX_OBJECT_INFO_BYTES = 256 * 1024 * 1024  # a host with many node packs answers tens of MB
+MAX_JSON_BYTES = 32 * 1024 * 1024  # /history, /queue, /prompt answers (one prompt's entry is kilobytes)
+MAX_OBJECT_INFO_BYTES = 96 * 1024 * 1024  # a host with many node packs answers 5-30 MB
 MAX_DOWNLOAD_BYTES = 16 * 1024**3  # one output file; run --max-download overrides
 MAX_WS_MESSAGE_BYTES = 8 * 1024 * 1024  # progress/status events are small; previews are binary and skipped
 MAX_REDIRECTS = 5
@@ -242,18 +242,19 @@ class ComfyClient:
 
     @staticmethod
     def _parse(raw: bytes, what: str) -> Any:
+        """The body as JSON within the pack's JSON bounds (nesting, digits, UTF-8: adapters/bounded_json.py)."""
         if not raw:
             return None
         try:
-            return json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise BadResponse(f"{what} is not valid JSON ({printable(exc, 120)})") from exc
+            return bounded_json.loads(raw, what)
+        except bounded_json.JSONLimitError as exc:
+            raise BadResponse(printable(exc, 300)) from exc
 
     @staticmethod
     def _error_body(raw: bytes) -> Any:
         try:
-            return json.loads(raw) if raw else None
-        except (ValueError, RecursionError):
+            return bounded_json.loads(raw, "the error body") if raw else None
+        except bounded_json.JSONLimitError:
             return raw.decode("utf-8", errors="replace")
 
     # -- API
@@ -321,7 +322,9 @@ class EventSocket:
         try:
             self.ws = websocket.create_connection(url, timeout=connect_timeout, enable_multithread=False)
         except (OSError, websocket.WebSocketException) as exc:
-            raise Unreachable(f"websocket {url}: {printable(exc, 200)}") from exc
+            status = getattr(exc, "status_code", None)
+            reason = f"the handshake answered HTTP {status}" if status else printable(exc, 200)
+            raise Unreachable(f"websocket {url.split('?')[0]}: {reason}") from exc
         _cap_frames(self.ws, cap)
 
     def recv_event(self, wait_s: float) -> dict | None:
@@ -341,9 +344,9 @@ class EventSocket:
         if opcode != websocket.ABNF.OPCODE_TEXT:
             return None
         try:
-            event = json.loads(data)
-        except (ValueError, RecursionError):
-            return None
+            event = bounded_json.loads(data, "a websocket event")
+        except bounded_json.JSONLimitError:
+            return None  # a malformed event carries nothing we need: /history is polled anyway
         return event if isinstance(event, dict) else None
 
     def close(self) -> None:

@@ -34,6 +34,7 @@ POLL_INTERVAL_S = 0.5  # /history polling without a websocket
 POLL_WITH_WS_S = 5.0  # /history polling as the safety net beside the websocket
 FINAL_QUESTION_S = 15.0  # time allowed to ask about the job after --timeout ran out (F26)
 FINISH_EVENTS = ("execution_success", "execution_error", "execution_interrupted")
+RECORDED_EVENTS = ("execution_start", "execution_cached", *FINISH_EVENTS)
 
 
 class Rejected(ComfyError):
@@ -47,6 +48,7 @@ class Outcome:
     state: str  # success | error | interrupted | timeout | lost | unreachable | refused
     entry: dict | None = None
     note: str = ""
+    events: list[tuple[str, dict]] = field(default_factory=list)  # this prompt's execution_* websocket events
 
 
 @dataclass
@@ -119,6 +121,12 @@ class ProgressBar(Listener):
         else:
             self.bar.write(printable(f"{self.label}{text}"))
 
+    def finished(self, success: bool) -> None:
+        """Fill the bar when the job succeeded (nodes we never heard about ran or came from the cache)."""
+        if success:
+            self.bar.update(self.bar.total - self.bar.n)
+        self.bar.set_postfix_str("done" if success else "stopped", refresh=True)
+
     def close(self) -> None:
         self.bar.close()
 
@@ -153,11 +161,23 @@ def rejection_text(status: int, body: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------- reading state
-def message_pairs(entry: dict) -> list[tuple[str, dict]]:
+def message_pairs(entry: dict, events: list[tuple[str, dict]] | tuple = ()) -> list[tuple[str, dict]]:
+    """The (event, body) pairs of a history entry's status messages, completed by the websocket `events`
+    of the same prompt where the entry has no body for that event. ComfyUI 0.3.x stores [event, {body}]
+    pairs; newer hosts store plain "event: message" strings, whose bodies only the websocket carried."""
     status = entry.get("status")
     messages = status.get("messages") if isinstance(status, dict) else None
-    return [(str(item[0]), item[1]) for item in (messages if isinstance(messages, list) else [])
-            if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], dict)]
+    pairs: list[tuple[str, dict]] = []
+    for item in messages if isinstance(messages, list) else []:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], dict):
+            pairs.append((str(item[0]), item[1]))
+        elif isinstance(item, str):
+            event, _, text = item.partition(":")
+            pairs.append((event.strip(), {"exception_message": text.strip()} if text.strip() else {}))
+    with_bodies = {event for event, body in pairs if body}
+    extra = [(event, body) for event, body in events if event not in with_bodies]
+    known = {event for event, _ in extra}
+    return [(event, body) for event, body in pairs if event not in known] + extra
 
 
 def history_entry(client: ComfyClient, prompt_id: str) -> dict | None:
@@ -171,8 +191,8 @@ def history_entry(client: ComfyClient, prompt_id: str) -> dict | None:
     return None
 
 
-def entry_state(entry: dict) -> str:
-    events = {event for event, _ in message_pairs(entry)}
+def entry_state(entry: dict, seen: list[tuple[str, dict]] | tuple = ()) -> str:
+    events = {event for event, _ in message_pairs(entry, seen)}
     if "execution_interrupted" in events:
         return "interrupted"
     if entry["status"].get("status_str") == "success" or "execution_success" in events:
@@ -191,11 +211,12 @@ def queue_holds(client: ComfyClient, prompt_id: str) -> str | None:
     return None
 
 
-def timing_of(entry: dict) -> Timing:
-    """execution_success - execution_start (ms timestamps in /history status messages), cached node ids."""
+def timing_of(entry: dict, events: list[tuple[str, dict]] | tuple = ()) -> Timing:
+    """execution_success - execution_start (ms timestamps of the status messages, or of the websocket
+    events when the history keeps only text), cached node ids, the error body."""
     stamps: dict[str, float] = {}
     timing = Timing(None)
-    for event, data in message_pairs(entry):
+    for event, data in message_pairs(entry, events):
         stamp = data.get("timestamp")
         if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
             stamps[event] = float(stamp)
@@ -239,12 +260,15 @@ class Follower:
         self.client, self.prompt_id, self.listener, self.deadline = client, prompt_id, listener, deadline
         self.finished_event: str | None = None
         self.last_note = ""
+        self.events: list[tuple[str, dict]] = []
 
     def on_event(self, event: dict) -> None:
         kind, data = event.get("type"), event.get("data")
         if not isinstance(data, dict) or data.get("prompt_id") not in (None, self.prompt_id):
             return
         node = data.get("node")
+        if kind in RECORDED_EVENTS and data.get("prompt_id") == self.prompt_id:
+            self.events.append((kind, data))
         if kind == "executing" and node is not None:
             self.listener.node(printable(node, 40))
         elif kind == "progress":
@@ -259,6 +283,11 @@ class Follower:
             self.finished_event = self.finished_event or "executing_done"
 
     def wait(self, ws: EventSocket | None) -> Outcome:
+        outcome = self._wait(ws)
+        outcome.events = self.events
+        return outcome
+
+    def _wait(self, ws: EventSocket | None) -> Outcome:
         failing_since: float | None = None
         last_poll = 0.0
         while True:
@@ -271,7 +300,7 @@ class Follower:
                     entry = history_entry(self.client, self.prompt_id)
                     failing_since = None
                     if entry is not None:
-                        return Outcome(entry_state(entry), entry)
+                        return Outcome(entry_state(entry, self.events), entry)
                 except HTTPStatusError as err:
                     # A proxy in front of ComfyUI may answer 502/504 while the backend renders on (F26).
                     self._note(f"/history answered HTTP {err.status}; the job may still be running, waiting on")
@@ -313,7 +342,7 @@ class Follower:
         try:
             entry = history_entry(asker, self.prompt_id)
             if entry is not None:
-                return Outcome(entry_state(entry), entry)
+                return Outcome(entry_state(entry, self.events), entry)
             held = queue_holds(asker, self.prompt_id)
         except ComfyError as exc:
             return Outcome("timeout", note=f"stopped waiting; could not ask the server about the job ({exc})")

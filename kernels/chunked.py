@@ -18,14 +18,15 @@ is called on each group's [1, S, g, D] buffers exactly as it is called on the wh
 Feed-forwards are per token, so token chunks are exact too, except for layers that scale a quantized
 input by the amax of the whole input (NVFP4/FP8 without a stored input scale): those are not chunked.
 
-The auto rule (chunk count 0). budget = free device memory / 16, clamped to [128 MiB, 1 GiB] (1 GiB on CPU).
-- head groups: a group of g heads holds about 4*S*g*head_dim*elem bytes (its q, k, v and attention output);
-  groups = ceil(heads / max(1, budget // (4*S*head_dim*elem))).
-- FFN token chunks: a chunk of c tokens holds c*(W + A)*elem bytes, W = the first projection's output width,
-  A = the activation's output width (W/2 for H3's SwiGLU, W for LTX's GELU); chunks = ceil(S / max(1, budget //
-  ((W + A)*elem))); S below seq_threshold means 1.
-A count of 1 leaves the layer to the host's own forward, untouched. Counts are decided once per shape and dtype
-and then kept (nodes/lowvram.py), so the allocation pattern is the same every step.
+The auto rule (chunk count 0). budget = free device memory / 16, clamped to [128 MiB, 512 MiB] (512 MiB on CPU).
+- head groups: one head's q, k, v and attention output take h = 4*S*head_dim*elem bytes. When all heads together
+  (heads*h) fit in 2*budget the layer is left whole (1 group: the host's own forward, untouched); otherwise
+  groups = ceil(heads / max(1, budget // h)).
+- FFN token chunks: one token takes t = (W + A)*elem bytes, W = the first projection's output width, A = the
+  activation's output width (W/2 for H3's SwiGLU, W for LTX's GELU). S*t <= 2*budget or S below seq_threshold:
+  1 chunk (the host's forward); otherwise chunks = ceil(S / max(1, budget // t)).
+Counts are decided once per shape and dtype and then kept (nodes/lowvram.py), so the allocation pattern is the
+same every step.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ RowSlicer = Callable[[Any, int, int], "tuple[Any | None, str]"]
 
 MIB = 1 << 20
 BUDGET_MIN = 128 * MIB
-BUDGET_MAX = 1024 * MIB
+BUDGET_MAX = 512 * MIB
 BUDGET_FREE_DIVISOR = 16
+WHOLE_FACTOR = 2  # a layer whose whole transient fits in 2 budgets is left to the host's forward
 ROPE_BLOCK_ELEMENTS = 1 << 22  # fp32 temporaries of the plain-torch norm+rope stay near 16 MiB each
 OUT_PROJ_ROWS = 8192
 
@@ -66,25 +68,31 @@ def split_ranges(total: int, parts: int) -> list[tuple[int, int]]:
 
 
 def transient_budget(free_bytes: int | None) -> int:
-    """Bytes one transient may take: free/16 clamped to [128 MiB, 1 GiB]; 1 GiB when free is unknown."""
+    """Bytes one transient may take: free/16 clamped to [128 MiB, 512 MiB]; 512 MiB when free is unknown."""
     if free_bytes is None:
         return BUDGET_MAX
     return int(min(BUDGET_MAX, max(BUDGET_MIN, free_bytes // BUDGET_FREE_DIVISOR)))
 
 
 def auto_head_chunks(tokens: int, heads: int, head_dim: int, elem_size: int, free_bytes: int | None) -> int:
-    """Head groups so one group's q, k, v and output (4*S*g*head_dim*elem bytes) fit the budget."""
+    """Head groups so one group's q, k, v and output (4*S*g*head_dim*elem bytes) fit the budget; 1 when all fit in 2."""
     per_head = 4 * max(1, tokens) * head_dim * elem_size
-    heads_per_group = max(1, transient_budget(free_bytes) // per_head)
+    budget = transient_budget(free_bytes)
+    if per_head * heads <= WHOLE_FACTOR * budget:
+        return 1
+    heads_per_group = max(1, budget // per_head)
     return max(1, min(heads, math.ceil(heads / heads_per_group)))
 
 
 def auto_ffn_chunks(tokens: int, per_token_width: int, elem_size: int, free_bytes: int | None,
                     seq_threshold: int = 0) -> int:
-    """Token chunks so one chunk's projection + activation outputs (c*width*elem bytes) fit the budget."""
-    if tokens < max(1, seq_threshold):
+    """Token chunks so one chunk's projection + activation outputs (c*width*elem bytes) fit the budget; 1 when the
+    whole sequence fits in 2 budgets or is shorter than seq_threshold."""
+    per_token = per_token_width * elem_size
+    budget = transient_budget(free_bytes)
+    if tokens < max(1, seq_threshold) or tokens * per_token <= WHOLE_FACTOR * budget:
         return 1
-    tokens_per_chunk = max(1, transient_budget(free_bytes) // (per_token_width * elem_size))
+    tokens_per_chunk = max(1, budget // per_token)
     return max(1, min(tokens, math.ceil(tokens / tokens_per_chunk)))
 
 
@@ -123,15 +131,18 @@ def forward_is_plain(layer: torch.nn.Module) -> bool:
 
 
 class _Intercept(TorchFunctionMode):
-    def __init__(self, out_features: int, handler: Callable[..., torch.Tensor]):
+    """Hands the first F.linear with an [out_features, in_features] weight to `handler`; every other op runs as is."""
+
+    def __init__(self, out_features: int, in_features: int | None, handler: Callable[..., torch.Tensor]):
         super().__init__()
-        self.out_features, self.handler, self.fired = out_features, handler, False
+        self.out_features, self.in_features, self.handler, self.fired = out_features, in_features, handler, False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not self.fired and func in (F.linear, torch._C._nn.linear):
             weight = args[1] if len(args) > 1 else kwargs.get("weight")
-            if weight is not None and weight.shape[0] == self.out_features:
+            if (weight is not None and weight.dim() == 2 and weight.shape[0] == self.out_features
+                    and self.in_features in (None, weight.shape[1])):
                 self.fired = True
                 bias = args[2] if len(args) > 2 else kwargs.get("bias")
                 return self.handler(args[0], weight, bias)
@@ -151,7 +162,7 @@ def run_linear_intercepted(layer: torch.nn.Module, x: torch.Tensor, out_features
         results.append(handler(inp, weight, bias))
         return results[-1]
 
-    with _Intercept(out_features, tracked):
+    with _Intercept(out_features, getattr(layer, "in_features", None), tracked):
         result = layer(x)
     if not results:
         return result, "not_fired"

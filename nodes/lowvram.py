@@ -26,9 +26,10 @@ from .common import LOG, H3KitInputError, Report, category, log_once
 SETTINGS_KEY = "h3kit_lowvram"
 LTX_ATTENTION_NAMES = ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
 LTX_FFN_NAMES = ("ff", "audio_ff")
-AUTO_RULE = ("auto: once per shape, budget = free device memory / 16 clamped to [128 MiB, 1 GiB]; "
-             "head_chunks = ceil(heads / max(1, budget // (4*tokens*head_dim*bytes))); ffn chunks = ceil(tokens / "
-             "max(1, budget // ((proj_width + act_width)*bytes))), 1 below seq_threshold; 1 = the host's own forward")
+AUTO_RULE = ("auto, decided once per shape: budget = free device memory / 16 clamped to [128 MiB, 512 MiB]; a layer "
+             "whose whole transient fits in 2 budgets runs the host's own forward; else head_chunks = ceil(heads / "
+             "max(1, budget // (4*tokens*head_dim*bytes))), ffn chunks = ceil(tokens / max(1, budget // "
+             "((proj_width + act_width)*bytes))); 1 below seq_threshold")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,7 +393,8 @@ class H3KitLowVRAMAttention:
             "model": ("MODEL", {"tooltip": "An H3 or LTX-2.5 diffusion model. It is cloned; the input is not modified."}),
             "head_chunks": ("INT", {"default": 0, "min": 0, "max": 64, "step": 1, "tooltip":
                                     "Head groups per attention layer. 0 = auto (from tokens, heads and free VRAM, each "
-                                    "group under ~1 GiB; 1 group = the host's own forward; decided once per shape); "
+                                    "group under ~512 MiB; layers that fit whole in ~1 GiB keep the host's own "
+                                    "forward; decided once per shape); "
                                     "1 = off (model returned unchanged); 16 is a good manual value for H3 at "
                                     "1344x768x362."}),
         }}
@@ -498,7 +500,7 @@ class H3KitChunkFeedForward:
             "model": ("MODEL", {"tooltip": "An H3 or LTX-2.5 diffusion model. It is cloned; the input is not modified."}),
             "chunks": ("INT", {"default": 0, "min": 0, "max": 256, "step": 1, "tooltip":
                                "Token chunks per feed-forward. 0 = auto (from tokens, FFN width and free VRAM, each "
-                               "chunk under ~1 GiB, decided once per shape); 1 = off (model returned unchanged); 8 is "
+                               "chunk under ~512 MiB, whole under ~1 GiB; decided once per shape); 1 = off (model returned unchanged); 8 is "
                                "a good manual value for H3 at 1344x768x362."}),
             "seq_threshold": ("INT", {"default": 4096, "min": 0, "max": 1048576, "step": 256, "tooltip":
                                       "Sequences shorter than this many tokens run unchunked (no overhead on small "

@@ -237,9 +237,10 @@ def run_build(args: argparse.Namespace) -> int:
         bar = jobs.ProgressBar(graph, "cond build", 0, args.quiet, _say)
         try:
             prompt_id = jobs.submit(client, graph, client_id, lambda t: _say("", f"WARN  {t}"), strict=True)
-            _say("", f"queued prompt {prompt_id} on {client.server}: CLIPLoader({args.clip}) -> CLIPTextEncode -> "
-                 f"{SAVE_NODE}")
+            bar.note(f"queued prompt {prompt_id} on {client.server}: CLIPLoader({args.clip}) -> CLIPTextEncode -> "
+                     f"{SAVE_NODE}")
             outcome = jobs.wait_for_prompt(client, prompt_id, bar, deadline, ws)
+            bar.finished(outcome.state == "success")
         finally:
             bar.close()
     return _build_result(outcome, prompt_id, args.timeout)
@@ -261,14 +262,14 @@ def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:
         _error(f"UNREACHABLE: {outcome.note}")
         return EXIT_UNREACHABLE
     if outcome.state != "success":
-        detail = outcome.note or _execution_error(jobs.message_pairs(outcome.entry or {}))
+        detail = outcome.note or _execution_error(jobs.message_pairs(outcome.entry or {}, outcome.events))
         _error(f"the encode failed in ComfyUI: {detail}")
         return EXIT_FAILED
     entry = outcome.entry
     outputs = entry.get("outputs") if isinstance(entry.get("outputs"), dict) else {}
     save = outputs.get("3") if isinstance(outputs.get("3"), dict) else {}
     lines = [line for line in save.get("text", []) if isinstance(line, str)] if isinstance(save.get("text"), list) else []
-    cached = "3" in jobs.timing_of(entry).cached
+    cached = "3" in jobs.timing_of(entry, outcome.events).cached
     if cached:
         _say("", "ComfyUI reused its cached result: the cache file is already up to date")
     for line in lines:

@@ -102,8 +102,9 @@ def run_job(job: Job, args: argparse.Namespace) -> int:
         progress = jobs.ProgressBar(job.graph, job.label, job.position, args.quiet, say)
         try:
             prompt_id = jobs.submit(client, job.graph, client_id, lambda text: say(job.label, f"WARN  {text}"))
-            say(job.label, f"queued prompt {prompt_id} on {job.server}")
+            progress.note(f"queued prompt {prompt_id} on {job.server}")
             outcome = jobs.wait_for_prompt(client, prompt_id, progress, deadline, ws)
+            progress.finished(outcome.state == "success")
         finally:
             progress.close()
             if ws is not None:
@@ -123,7 +124,7 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
     if outcome.state in ("lost", "refused"):
         say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")
         return EXIT_FAILED
-    timing = jobs.timing_of(outcome.entry)
+    timing = jobs.timing_of(outcome.entry, outcome.events)
     if outcome.state != "success":
         err = timing.error or {}
         say(label, f"FAIL  execution {outcome.state}: node {err.get('node_id')} ({err.get('node_type')}): "

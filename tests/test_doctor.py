@@ -58,6 +58,13 @@ def test_f23_refine_starting_above_cliff_is_an_error():
     assert problems[0].node_id == "5" and "F23" in problems[0].message and "0.909375" in problems[0].message
 
 
+@pytest.mark.parametrize("first, fails", [(0.85, True), (0.81, True), (0.8, False), (0.78, False)])
+def test_f23_offline_lint_cliff_is_the_documented_0_8(first, fails):
+    # README/field notes: identity held at 0.78, details change at 0.85; the limit is 0.8 (strictly above fails).
+    problems = rules_lints.lint_refine_first_sigma(refine_graph(f"{first}, 0.5, 0"), SCHEMAS)
+    assert [p.severity for p in problems if "F23" in p.message] == (["error"] if fails else [])
+
+
 def test_f23_identity_schedule_passes():
     assert rules_lints.lint_refine_first_sigma(refine_graph("0.78, 0.643, 0.546, 0"), SCHEMAS) == []
 

@@ -562,30 +562,44 @@ def test_bad_head_chunks_raise_with_the_fix(value):
 
 # --------------------------------------------------------------------------------------- auto rule
 # Expected values worked by hand from the documented rule (kernels/chunked.py docstring):
-# budget = clamp(free / 16, 128 MiB, 1 GiB), 1 GiB when free is unknown;
-# heads per group = budget // (4 * S * head_dim * bytes); head_chunks = ceil(heads / that).
+# budget = clamp(free / 16, 128 MiB, 512 MiB), 512 MiB when free is unknown; one head h = 4 * S * head_dim * bytes;
+# heads * h <= 2 * budget -> 1 (the host's forward), else head_chunks = ceil(heads / (budget // h)).
 @pytest.mark.parametrize("tokens, heads, head_dim, free, expected", [
-    (108000, 56, 128, None, 7),      # 4*108000*128*2 = 110.6 MB/head; 1 GiB // that = 9; ceil(56/9) = 7
-    (108000, 56, 128, 8 * GIB, 14),  # budget 512 MiB -> 4 heads/group -> 14
-    (10000, 56, 128, 80 * GIB, 1),   # 10.24 MB/head; 1 GiB fits 104 heads -> 1 (the host's forward)
-    (37000, 56, 128, 140 * GIB, 2),  # H200: 37.9 MB/head; 1 GiB fits 28 heads -> 2
-    (16128, 32, 128, 140 * GIB, 1),  # LTX refine on a large card: 16.5 MB/head, 64 fit -> 1 (left unsplit)
-    (16128, 32, 128, 2 * GIB, 4),    # the same on a small card: 128 MiB -> 8 heads -> 4
+    (108000, 56, 128, None, 14),     # h = 110.6 MB; 6.2 GB > 1 GiB; 512 MiB // h = 4 heads -> 14 groups
+    (108000, 56, 128, 4 * GIB, 28),  # budget 256 MiB -> 2 heads/group -> 28
+    (10000, 56, 128, 140 * GIB, 1),  # h = 10.24 MB; all 56 heads 573 MB <= 1 GiB -> the host's forward
+    (37000, 56, 128, 140 * GIB, 4),  # H200: h = 37.9 MB; 2.1 GB > 1 GiB; 14 heads/group -> 4
+    (16128, 32, 128, 140 * GIB, 1),  # LTX refine on a large card: 528 MB <= 1 GiB -> left unsplit
+    (16128, 32, 128, 2 * GIB, 4),    # the same with 2 GiB free: budget 128 MiB, 528 MB > 256 MiB; 8 heads -> 4
     (2000000, 56, 128, None, 56),    # one head exceeds the budget -> one head per group
 ])
 def test_auto_head_chunks_table(tokens, heads, head_dim, free, expected):
     assert chunked.auto_head_chunks(tokens, heads, head_dim, 2, free) == expected
 
 
-# tokens per chunk = budget // (width * bytes), width = projection out + activation out; 1 below the threshold.
+# one token t = (projection out + activation out) * bytes; S * t <= 2 * budget or S < threshold -> 1;
+# else chunks = ceil(S / (budget // t)).
 @pytest.mark.parametrize("tokens, width, free, threshold, expected", [
-    (108000, 28672 + 14336, None, 0, 9),   # H3 SwiGLU: 86016 B/token; 1 GiB -> 12483 tokens -> 9
-    (10000, 28672 + 14336, None, 4096, 1),  # 10k tokens fit in one chunk: the host's forward
+    (108000, 28672 + 14336, None, 0, 18),   # H3 SwiGLU: t = 86016 B; 9.3 GB; 512 MiB // t = 6241 tokens -> 18
+    (37000, 28672 + 14336, None, 0, 6),     # 3.2 GB > 1 GiB; ceil(37000 / 6241) = 6
+    (10000, 28672 + 14336, None, 4096, 1),  # 860 MB <= 1 GiB: the host's forward
     (3000, 28672 + 14336, None, 4096, 1),   # below the threshold
-    (16128, 2 * 16384, 2 * GIB, 0, 8),      # LTX GELU: 65536 B/token; 128 MiB -> 2048 tokens -> 8
+    (16128, 2 * 16384, 2 * GIB, 0, 8),      # LTX GELU: t = 65536 B; 128 MiB -> 2048 tokens -> 8
 ])
 def test_auto_ffn_chunks_table(tokens, width, free, threshold, expected):
     assert chunked.auto_ffn_chunks(tokens, width, 2, free, threshold) == expected
+
+
+def test_f24_auto_keeps_every_transient_under_the_budget_at_362_frames():
+    """F24 (spill zone): at 362 frames (~91k tokens) with 10 GiB free, auto keeps each transient under its budget."""
+    free = 10 * GIB
+    budget = chunked.transient_budget(free)
+    groups = chunked.auto_head_chunks(91000, 56, 128, 2, free)
+    chunks = chunked.auto_ffn_chunks(91000, 28672 + 14336, 2, free)
+    largest_group = -(-56 // groups)
+    largest_chunk = -(-91000 // chunks)
+    assert 4 * 91000 * largest_group * 128 * 2 <= budget
+    assert largest_chunk * (28672 + 14336) * 2 <= budget
 
 
 def test_auto_counts_are_decided_once_per_shape_and_kept(monkeypatch):
@@ -594,7 +608,7 @@ def test_auto_counts_are_decided_once_per_shape_and_kept(monkeypatch):
     planner = lowvram.Planner(0)
     x = torch.zeros(16128, 1, dtype=torch.bfloat16)
     counts = {lowvram._auto_groups(planner, "LTX attention", x, 32, 128) for _ in range(4)}
-    assert counts == {1}  # the first decision (free unknown -> 1 GiB) is kept while free memory moves
+    assert counts == {1}  # the first decision (free unknown -> 512 MiB budget) is kept while free memory moves
     other = torch.zeros(108000, 1, dtype=torch.bfloat16)
     assert lowvram._auto_groups(planner, "LTX attention", other, 32, 128) != 1  # a new shape is decided anew
 
