@@ -370,12 +370,13 @@ def test_editor_works_when_the_extension_cannot_load(chromium, server):
     plain, plain_context = _new_editor(chromium, server)
     plain_context.close()
     blocked, context = _new_editor(chromium, server, blocked="**/extensions/H3Kit/**")
+    load_errors = sorted(blocked.page_errors)
     try:
+        assert load_errors == sorted(plain.page_errors)  # the missing extension adds no error to the frontend's own
         blocked.start_clean()
         blocked.load_workflow(_ui_workflow(RUNNABLE_WORKFLOW))
         blocked.page.wait_for_function(f"app.graph.nodes.length === {len(_api_graph(RUNNABLE_WORKFLOW))}",
                                        timeout=30_000)
-        assert blocked.page_errors == plain.page_errors  # the missing extension adds no error to the frontend's own
         pressed = blocked.queue()
         blocked.page.wait_for_timeout(3000)
         assert len(blocked.posts("/api/prompt", pressed)) == 1
