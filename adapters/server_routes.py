@@ -1,11 +1,11 @@
 """The pack's HTTP routes inside ComfyUI: the graph editor's preflight and the pack's template files.
 
 - ``POST /h3kit/preflight`` with ``{"prompt": <API graph as the frontend queues it>, "absent": {id: type}}``
-  (``absent``: nodes the frontend leaves out of the prompt because this host lacks their type) answers the PASS/WARN/FAIL
-  checks of ``checks.workflow.preflight_checks`` (what ``validate``/``doctor --workflow`` and H3KitPreflight
-  run), against this server's own node schemas, registered nodes and model folders, plus this server's
-  environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends). web/h3kit_preflight.js calls it before
-  it queues a graph that holds an H3 or LTX node.
+  (``absent``: nodes the frontend leaves out of the prompt because this host lacks their type) answers the
+  PASS/WARN/FAIL checks of ``checks.workflow.preflight_checks`` (what ``validate``/``doctor --workflow`` and
+  H3KitPreflight run) against this server's own node schemas, registered nodes and model folders, plus this
+  server's environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends).
+  web/h3kit_preflight.js calls it before it queues a graph that holds an H3 or LTX node.
 - ``GET /h3kit/preflight`` tells the extension which node types it watches.
 - ``GET /workflow_templates/<this pack's folder>/<file>``: the template browser lists the pack's workflows
   from every host, but some hosts (the installable ComfyUI 0.12 fork) never register the static route that
@@ -76,7 +76,8 @@ def with_absent_nodes(graph: dict, absent: Any) -> dict:
     they are then reported as missing nodes with the pack that provides them, not as dangling links."""
     if not isinstance(absent, dict) or not isinstance(graph, dict):
         return graph
-    added = {str(node_id): {"class_type": class_type, "inputs": {}} for node_id, class_type in list(absent.items())[:MAX_NODES]
+    added = {str(node_id): {"class_type": class_type, "inputs": {}}
+             for node_id, class_type in list(absent.items())[:MAX_NODES]
              if isinstance(class_type, str) and 0 < len(class_type) <= 200 and str(node_id) not in graph}
     return {**graph, **added}
 
