@@ -19,14 +19,18 @@ class JSONLimitError(ValueError):
 
 
 def loads(data: str | bytes | bytearray | memoryview, what: str, *, max_depth: int = MAX_DEPTH,
-          max_bytes: int | None = None) -> Any:
-    """Parse `data` (UTF-8 when bytes); `what` names the source in messages ("the workflow file x.json")."""
+          max_bytes: int | None = None, unique_keys: bool = False) -> Any:
+    """Parse `data` (UTF-8 when bytes); `what` names the source in messages ("the workflow file x.json").
+    `unique_keys`: a key repeated in one object is an error (json keeps the last one silently)."""
     size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
     if max_bytes is not None and size > max_bytes:
         raise JSONLimitError(f"{what} is {size} bytes; at most {max_bytes} are accepted")
     text = data if isinstance(data, str) else _utf8(bytes(data), what)
     try:
-        value = json.loads(text, parse_int=_parse_int)
+        value = json.loads(text, parse_int=_parse_int, object_pairs_hook=_unique_object if unique_keys else None)
+    except _RepeatedKey as exc:
+        raise JSONLimitError(f"{what} has the key {printable_key(exc.args[0])} twice in one object (the second would "
+                             "silently replace the first)") from exc
     except json.JSONDecodeError as exc:
         raise JSONLimitError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
     except RecursionError as exc:
@@ -61,6 +65,22 @@ def nesting_depth(value: Any, limit: int) -> int:
 
 class _TooManyDigits(Exception):
     pass
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return found
+
+
+def printable_key(key: str) -> str:
+    return ascii(key[:80]) if not key.isprintable() else repr(key[:80])
 
 
 def _parse_int(text: str) -> int:

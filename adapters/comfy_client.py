@@ -126,6 +126,22 @@ def safe_basename(name: Any, what: str = "filename") -> str:
     return base
 
 
+def root_reason(exc: BaseException) -> str:
+    """The operating system's words for a failed connection ('Connection refused', 'Name or service not
+    known') from under the requests/urllib3 wrappers; their full text when there is none."""
+    stack, seen = [exc], set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.strerror:
+            return printable(current.strerror, 200)
+        linked = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
+        stack.extend(item for item in linked if isinstance(item, BaseException))
+    return printable(exc, 200)
+
+
 # ------------------------------------------------------------------------------------------- the client
 class Deadline:
     """A total time budget; `None` seconds means no limit."""
@@ -186,7 +202,7 @@ class ComfyClient:
             except requests.exceptions.ConnectionError as exc:
                 if isinstance(exc, requests.exceptions.ReadTimeout):
                     raise TimedOut(f"{self.server}{route} did not answer in time") from exc
-                raise Unreachable(f"cannot reach ComfyUI at {self.server}: {printable(exc, 200)}. "
+                raise Unreachable(f"cannot reach ComfyUI at {self.server}: {root_reason(exc)}. "
                                   "Is the server running, and is the address right?") from exc
             except requests.exceptions.Timeout as exc:
                 raise TimedOut(f"{self.server}{route} did not answer in time") from exc

@@ -8,6 +8,7 @@ called lost. Everything the server sends is treated as data: ids through `safe_i
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -217,9 +218,9 @@ def timing_of(entry: dict, events: list[tuple[str, dict]] | tuple = ()) -> Timin
     stamps: dict[str, float] = {}
     timing = Timing(None)
     for event, data in message_pairs(entry, events):
-        stamp = data.get("timestamp")
-        if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
-            stamps[event] = float(stamp)
+        stamp = _finite(data.get("timestamp"))
+        if stamp is not None:
+            stamps[event] = stamp
         if event == "execution_cached" and isinstance(data.get("nodes"), list):
             timing.cached = [printable(n, 40) for n in data["nodes"]]
         if event in ("execution_error", "execution_interrupted"):
@@ -227,6 +228,17 @@ def timing_of(entry: dict, events: list[tuple[str, dict]] | tuple = ()) -> Timin
     if "execution_start" in stamps and "execution_success" in stamps:
         timing.seconds = (stamps["execution_success"] - stamps["execution_start"]) / 1000.0
     return timing
+
+
+def _finite(value: Any) -> float | None:
+    """A server's number as a finite float, or None (text, booleans, NaN, or an int too big for a float)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def output_files(entry: dict) -> tuple[list[OutputFile], list[str]]:

@@ -49,6 +49,8 @@ def version_text(version: tuple[int, ...]) -> str:
 
 # ------------------------------------------------------------------------------------ workflow graphs
 PRIMITIVE_MAX_HOPS = 16  # Primitive -> Primitive chains followed when resolving a widget value (bounded)
+MAX_WORKFLOW_BYTES = 64 * 2**20  # a workflow file or pasted text; real ones are < 1 MiB (docs/security.md)
+MAX_WORKFLOW_DEPTH = 64  # JSON nesting; API graphs nest 4-5 levels, UI graphs about 8
 
 # ----------------------------------------------------------------------------------------- exit codes
 # Every command that talks to a ComfyUI server (run, validate --server, doctor --server, cond build)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .facts import PRIMITIVE_MAX_HOPS
+from .problem import Problem, printable
 
 PRIMITIVE_VALUE_NODES = frozenset({"PrimitiveInt", "PrimitiveFloat", "PrimitiveString", "PrimitiveStringMultiline",
                                    "PrimitiveBoolean", "PrimitiveNode"})
@@ -142,3 +143,35 @@ def upstream_nodes(graph: dict, start: Any) -> list[str]:
 def model_upstream(graph: dict, sampler: dict) -> set[str]:
     """Nodes that shape the model a sampler runs (its model or guider input), not its latent."""
     return upstream_of_inputs(graph, sampler, ("model", "guider"))
+
+
+def node_shape_problem(node_id: str, node: Any) -> Problem | None:
+    """Why a node is not {"class_type": "<name>", "inputs": {...}}, or None. Nodes with a problem here are
+    reported once and kept away from the rules, which may rely on that shape."""
+    fix = 'write each node as {"class_type": "NodeName", "inputs": {"name": value, ...}} (Export (API) does)'
+    if not node_id.isprintable():
+        return Problem(printable(node_id), "?", None, None, "the node id contains control characters", fix)
+    if not isinstance(node, dict):
+        return Problem(node_id, "?", None, node, f"the node is a JSON {json_kind(node)}, not an object", fix)
+    ct = node.get("class_type")
+    if not isinstance(ct, str) or not ct or not ct.isprintable():
+        what = "missing" if ct is None else ("not printable text" if isinstance(ct, str) else f"a JSON {json_kind(ct)}")
+        return Problem(node_id, "?", "class_type", ct, f"class_type is {what}; it must be the node's type name", fix)
+    inputs = node.get("inputs", {})
+    if not isinstance(inputs, dict):
+        return Problem(node_id, ct, "inputs", inputs, f"'inputs' is a JSON {json_kind(inputs)}, not an object", fix)
+    return None
+
+
+def well_formed(graph: Any) -> dict:
+    """The nodes of an API-format graph that have the shape every rule relies on (see node_shape_problem)."""
+    if not isinstance(graph, dict):
+        return {}
+    return {nid: node for nid, node in graph.items() if node_shape_problem(nid, node) is None}
+
+
+def json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
+            dict: "object"}.get(type(value), type(value).__name__)

@@ -48,8 +48,8 @@ def model_inputs(graph: dict, schemas: dict) -> Iterable[tuple[str, str, str, st
         for section in ("required", "optional"):
             declared.update(info.get("input", {}).get(section, {}) or {})
         for name, value in node.get("inputs", {}).items():
-            if not isinstance(value, str) or not value:
-                continue
+            if not isinstance(value, str) or not value or not value.isprintable():
+                continue  # not a file name: check_widget reports it
             folder = MODEL_INPUT_FOLDERS.get((ct, name))
             if folder is None and name in declared:
                 folder = input_kind(declared[name])[1].get("model_folder")
@@ -163,11 +163,16 @@ def folder_locator(models_dir: Path) -> Callable[[str, str], Path | None]:
     root = Path(models_dir).resolve()
 
     def locate(folder: str, name: str) -> Path | None:
+        if not name.isprintable():  # NUL or control characters: no file has that name (the validator says so)
+            return None
         for sub in FOLDER_ALIASES.get(folder, (folder,)):
             base = (root / sub).resolve()
-            candidate = (base / name).resolve()
-            if base in candidate.parents and candidate.is_file():
-                return candidate
+            try:
+                candidate = (base / name).resolve()
+                if base in candidate.parents and candidate.is_file():
+                    return candidate
+            except (OSError, ValueError):  # a name too long for the file system is no file either
+                continue
         return None
 
     return locate

@@ -11,7 +11,7 @@ from ..adapters.comfy_client import ComfyClient, ComfyError
 from ..adapters.host import parse_version
 from .environment import cuda_major_from_torch_tag
 from .facts import MIN_COMFYUI, MIN_KITCHEN, MIN_TORCH_CUDA_MAJOR, version_text
-from .graph import nodes_of
+from .graph import nodes_of, well_formed
 from .problem import FAIL, PASS, WARN, Check
 from .rules_files import model_inputs
 from .rules_lints import is_refine, sigmas_of
@@ -113,6 +113,7 @@ def model_file_checks(graph: dict, server_schemas: dict, fetch: Callable[[str], 
 def server_checks(client: ComfyClient, graph: dict | None,
                   disabled: Disabled | None = None) -> tuple[list[Check], dict | None, int]:
     """(checks, the server's /object_info or None, exit code of the connection: 0, or 3/4/1 from the client)."""
+    graph = None if graph is None else well_formed(graph)  # malformed nodes are the workflow checks' to report
     try:
         stats = client.get_json("/system_stats")
     except ComfyError as exc:

@@ -7,13 +7,14 @@ id, class_type, input, value and the fix. Pure: the schemas come in as a dict.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .graph import input_kind, inputs_of, is_link
+from ..adapters import bounded_json
+from .facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
+from .graph import input_kind, inputs_of, is_link, node_shape_problem, well_formed
 from .problem import Problem, has_errors
 from .rules import RULES
 from .schemas import providing_pack
@@ -93,9 +94,12 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any) -> li
             problem("expected a string", "quote the value")
     elif kind == "COMBO":
         if opts.get("model_folder") or opts.get("input_files"):
+            where = opts.get("model_folder") or "input"
             if not isinstance(value, str) or not value:
-                where = opts.get("model_folder") or "input"
                 problem("expected a file name", f"name a file in the '{where}' folder")
+            elif not value.isprintable():
+                problem("the file name contains NUL or control characters, which no file name has",
+                        f"choose the file from the '{where}' folder's list")
         elif value not in opts.get("options", []):
             choices = ", ".join(map(str, opts.get("options", [])[:12]))
             problem("not one of the allowed options", f"choose one of: {choices}")
@@ -168,9 +172,9 @@ def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = p
     problems: list[Problem] = []
     has_output = False
     for node_id, node in graph.items():
-        if not isinstance(node, dict) or not isinstance(node.get("class_type"), str):
-            problems.append(Problem(str(node_id), "?", None, None, "node has no class_type (a string)",
-                                    "every node needs 'class_type' (the node's type name) and 'inputs'"))
+        shape = node_shape_problem(node_id, node)
+        if shape is not None:
+            problems.append(shape)
             continue
         ct = node["class_type"]
         info = schemas.get(ct)
@@ -180,11 +184,7 @@ def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = p
             problems.append(Problem(str(node_id), ct, None, None, "unknown node type on this host", fix))
             continue
         has_output = has_output or bool(info.get("output_node"))
-        inputs = node.get("inputs", {})
-        if not isinstance(inputs, dict):
-            problems.append(Problem(str(node_id), ct, None, inputs, "'inputs' is not an object", "use {name: value}"))
-            continue
-        problems += _node_problems(graph, schemas, str(node_id), ct, info, inputs)
+        problems += _node_problems(graph, schemas, str(node_id), ct, info, node.get("inputs", {}))
     if not has_output:
         problems.append(Problem("-", "-", None, None, "graph has no output node, so ComfyUI runs nothing",
                                 "add an output node such as SaveVideo, SaveImage or PreviewImage"))
@@ -225,16 +225,40 @@ def validate_with_rules(graph: Any, schemas: dict, pack_of: PackLookup = providi
     problems = validate_graph(graph, schemas, pack_of)
     if not has_errors(problems):
         for rule in RULES:
-            problems.extend(rule(graph, schemas))
+            problems.extend(rule(well_formed(graph), schemas))
     return problems
+
+
+def parse_graph_json(data: str | bytes, what: str) -> Any:
+    """Workflow JSON from a file or a paste, within the documented bounds (size, nesting, numbers, UTF-8,
+    no repeated node id or key). Raises JSONLimitError with a message naming `what` and the problem."""
+    return bounded_json.loads(data, what, max_depth=MAX_WORKFLOW_DEPTH, max_bytes=MAX_WORKFLOW_BYTES, unique_keys=True)
+
+
+def _read_capped(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes, read in pieces (read(limit) would allocate `limit` bytes up front)."""
+    pieces, total = [], 0
+    with open(path, "rb") as handle:
+        while total < limit:
+            piece = handle.read(min(2**20, limit - total))
+            if not piece:
+                break
+            pieces.append(piece)
+            total += len(piece)
+    return b"".join(pieces)
 
 
 def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
     """(the parsed JSON, None) or (None, a Problem saying why the file cannot be read)."""
+    fix = "pass a readable API-format JSON file (UTF-8, as ComfyUI's Export (API) writes it)"
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8")), None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return None, Problem("-", "-", None, None, f"cannot read {path}: {exc}", "pass a readable API-format JSON file")
+        data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1)
+    except OSError as exc:
+        return None, Problem("-", "-", None, None, f"cannot read {path}: {exc.strerror or exc}", fix)
+    try:
+        return parse_graph_json(data, f"the workflow file {path}"), None
+    except bounded_json.JSONLimitError as exc:
+        return None, Problem("-", "-", None, None, str(exc), fix)
 
 
 def validate_file(path: Path, schemas: dict, pack_of: PackLookup = providing_pack) -> list[Problem]:

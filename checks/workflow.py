@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .graph import well_formed
 from .problem import FAIL, PASS, Check, problem_check
 from .rules import RULES
 from .rules_files import model_inputs, safetensors_lint
@@ -42,8 +43,9 @@ def workflow_checks(graph: Any, schemas: dict, locate: Locate | None,
     problems = [p for p in problems if (p.node_id, p.input) not in skip
                 and not (on_server and "unknown node type" in p.message)]
     rules = list(RULES) + ([safetensors_lint(locate)] if locate is not None else [])
+    shaped = well_formed(graph)  # malformed nodes were reported by validate_graph; rules see the rest
     for rule in rules:
-        problems += rule(graph, schemas)
+        problems += rule(shaped, schemas)
     checks = [problem_check(p) for p in problems]
     if not checks:
         checks.append(Check(PASS, "workflow", f"{len(graph)} nodes: schema checks and lints found nothing"))
@@ -76,9 +78,10 @@ def preflight_checks(graph: dict, schemas: dict, locate: Locate | None, availabl
     out (the preflight node itself)."""
     graph = {nid: n for nid, n in graph.items() if not (isinstance(n, dict) and n.get("class_type") == ignore)}
     available = None if available_nodes is None else set(available_nodes)
-    checks = missing_node_checks(graph, available, disabled) if schema_check and available is not None else []
+    shaped = well_formed(graph)  # malformed nodes are reported by workflow_checks' schema check
+    checks = missing_node_checks(shaped, available, disabled) if schema_check and available is not None else []
     checks += workflow_checks(graph, schemas, locate, on_server=available is not None, schema_check=schema_check,
                               pack_of=pack_of)
     if schema_check and locate is not None:
-        checks += missing_file_checks(graph, schemas, locate)
+        checks += missing_file_checks(shaped, schemas, locate)
     return checks

@@ -1,13 +1,12 @@
 """Low-VRAM patches for the H3 DiT and the LTX-2.5 transformer: head-group attention, token-chunked FFN.
 
 Both nodes clone the model patcher and add one object patch per block module on a dotted key
-(`diffusion_model.blocks.<i>.attn.forward`, `diffusion_model.transformer_blocks.<i>.ff.forward`, ...);
-the input model is never touched. The patched forwards are exact (kernels/chunked.py says why) and
-call the host's own `optimized_attention`, so SageAttention and `optimized_attention_override`
-patches keep working in either node order. A model whose structure does not match is returned
-unchanged, said in the report and the log.
+(`diffusion_model.blocks.<i>.attn.forward`, `diffusion_model.transformer_blocks.<i>.ff.forward`, ...; H3 also
+guards `blocks.<i>.forward` to notice a block replacement's own `attention=`); the input model is never touched.
+The patched forwards run the host's own layers, kernels and attention function, looked up per call, and decide
+per forward from each layer as it is then (kernels/chunked.py says why that is exact); what ran is logged once per
+new outcome. A model whose structure does not match is returned unchanged, said in the report and the log.
 """
-
 from __future__ import annotations
 
 import inspect

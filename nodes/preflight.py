@@ -8,13 +8,14 @@ this ComfyUI's version (F01), torch CUDA build (F12), comfy-kitchen, GPU/bf16 an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from ..adapters.bounded_json import JSONLimitError
 from ..checks import environment, schemas, server
 from ..checks.problem import FAIL, PASS, WARN, Check
 from ..checks.rules_files import FOLDER_ALIASES
+from ..checks.validator import parse_graph_json
 from ..checks.workflow import preflight_checks
 from .common import H3KitInputError, Report, category
 
@@ -49,9 +50,9 @@ def host_node_ids() -> set[str] | None:
 
 def parse_workflow(text: str) -> dict:
     try:
-        graph = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise H3KitInputError(NODE_ID, "workflow_json", text, f"not valid JSON ({exc})",
+        graph = parse_graph_json(text, "the pasted workflow")
+    except JSONLimitError as exc:
+        raise H3KitInputError(NODE_ID, "workflow_json", text, str(exc),
                               "paste an API-format workflow (Export (API)), or leave it empty to check this graph") from exc
     if not isinstance(graph, dict) or not graph:
         raise H3KitInputError(NODE_ID, "workflow_json", text, "not an API-format graph (a JSON object of nodes)",

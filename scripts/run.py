@@ -34,6 +34,7 @@ from ..adapters.comfy_client import (
     ComfyClient,
     ComfyError,
     Deadline,
+    TimedOut,
     normalise_server,
 )
 from ..checks.expect import expected_video
@@ -52,6 +53,7 @@ from ..checks.validator import load_graph_file, validate_with_rules
 from . import schemas as schema_src
 
 VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov", ".avi"}
+DOWNLOAD_TIMEOUT = "download timeout"
 # Core nodes that write a file on every successful run: one that lists none is a lost output.
 FILE_SAVERS = {"SaveVideo", "SaveImage", "SaveAudio", "SaveAnimatedWEBP", "SaveAnimatedPNG", "SaveWEBM"}
 PRINT_LOCK = threading.Lock()
@@ -133,6 +135,8 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
     checks = cache_checks(job.graph, timing) + fetch_and_verify(client, job, outcome.entry, prompt_id, args)
     for check in checks:
         say(label, check.line())
+    if any(c.name == DOWNLOAD_TIMEOUT for c in checks):
+        return EXIT_TIMEOUT  # --timeout covers the downloads too: the same exit as a job that ran out of time
     return EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK
 
 
@@ -153,6 +157,10 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
     for item in files:
         try:
             path = jobs.fetch_output(client, item, folder, args.max_download)
+        except TimedOut as exc:
+            checks.append(Check(FAIL, DOWNLOAD_TIMEOUT, f"{printable(item.filename, 100)}: {exc}",
+                                "raise --timeout, or fetch the file from the server's output folder"))
+            break  # the time is spent: the other files would time out too
         except ComfyError as exc:
             checks.append(Check(FAIL, "download", f"{printable(item.filename, 100)}: {exc}",
                                 "fetch it from the server's output folder"))

@@ -30,6 +30,6 @@ def pytest_report_header(config):
 
 # Fuzz tier (hypothesis): "ci" is the default, short and reproducible (<= 60 s for all tests/test_fuzz_*.py on
 # a 2-core machine); `pytest --hypothesis-profile=long tests/test_fuzz_*.py` explores far more inputs.
-settings.register_profile("ci", max_examples=150, deadline=None, derandomize=True, print_blob=True)
+settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, print_blob=True)
 settings.register_profile("long", max_examples=20_000, deadline=None, print_blob=True)
 settings.load_profile("ci")

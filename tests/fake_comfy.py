@@ -1,0 +1,167 @@
+"""A scriptable hostile ComfyUI on 127.0.0.1 for the issue-14 server tests and fuzz: every answer (/prompt,
+/history, /queue, /view, /ws frames) is set per test, including malformed, huge, slow and redirecting ones."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+GRAPH = {
+    "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}},
+    "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "t"}},
+}
+OBJECT_INFO = {
+    "EmptyImage": {"input": {"required": {"width": ["INT", {}], "height": ["INT", {}], "batch_size": ["INT", {}],
+                                          "color": ["INT", {}]}}, "output": ["IMAGE"], "output_node": False},
+    "SaveImage": {"input": {"required": {"images": ["IMAGE", {}], "filename_prefix": ["STRING", {}]}},
+                  "output": [], "output_node": True},
+}
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def history_entry(prompt_id: str = "p1", outputs: Any = None, messages: Any = None, status: str = "success") -> dict:
+    """A well-formed finished /history answer for `prompt_id` (the base that tests and the fuzz mutate)."""
+    if messages is None:
+        messages = [["execution_start", {"prompt_id": prompt_id, "timestamp": 1000}],
+                    ["execution_cached", {"nodes": [], "prompt_id": prompt_id, "timestamp": 1001}],
+                    ["execution_success", {"prompt_id": prompt_id, "timestamp": 2000}]]
+    if outputs is None:
+        outputs = {"2": {"images": [{"filename": "t_00001_.png", "subfolder": "", "type": "output"}]}}
+    return {prompt_id: {"status": {"status_str": status, "completed": status == "success", "messages": messages},
+                        "outputs": outputs}}
+
+
+def ws_frame(payload: bytes, opcode: int = 0x1) -> bytes:
+    """One unmasked server frame."""
+    head = bytes([0x80 | opcode])
+    if len(payload) < 126:
+        return head + bytes([len(payload)]) + payload
+    if len(payload) < 2**16:
+        return head + bytes([126]) + struct.pack("!H", len(payload)) + payload
+    return head + bytes([127]) + struct.pack("!Q", len(payload)) + payload
+
+
+class Body:
+    """An HTTP answer: status, headers and the body as chunks (each optionally after `delay` seconds)."""
+
+    def __init__(self, status: int = 200, chunks: bytes | Iterable[bytes] = b"", headers: dict | None = None,
+                 delay: float = 0.0, length: bool = True, close: bool = False):
+        self.status, self.headers, self.delay, self.close = status, dict(headers or {}), delay, close
+        self.chunks = [chunks] if isinstance(chunks, bytes) else chunks
+        if length and isinstance(chunks, bytes):
+            self.headers.setdefault("Content-Length", str(len(chunks)))
+
+
+def as_body(answer: Any) -> Body:
+    if isinstance(answer, Body):
+        return answer
+    return Body(200, answer if isinstance(answer, bytes) else json.dumps(answer).encode())
+
+
+class FakeComfy:
+    """Routes answer from attributes a test sets: prompt, history, queue, view, object_info (JSON-able values,
+    raw bytes or Body), ws_frames (raw bytes sent after the handshake; None = no websocket route)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.reset()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                fake.calls.append(self.path)
+                if self.path.startswith("/ws"):
+                    return fake.websocket(self)
+                route = self.path.split("?")[0]
+                if route == "/object_info":
+                    return fake.send(self, fake.object_info)
+                if route == "/queue":
+                    return fake.send(self, fake.queue)
+                if route.startswith("/history/"):
+                    return fake.send(self, fake.history(route.removeprefix("/history/")) if callable(fake.history)
+                                     else fake.history)
+                if route == "/view":
+                    return fake.send(self, fake.view)
+                fake.send(self, Body(404, b"{}"))
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                fake.calls.append("POST " + self.path)
+                fake.send(self, fake.prompt if self.path == "/prompt" else {})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def reset(self) -> None:
+        self.prompt: Any = {"prompt_id": "p1", "number": 0, "node_errors": {}}
+        self.history: Any = history_entry()
+        self.queue: Any = {"queue_running": [], "queue_pending": []}
+        self.view: Any = Body(200, b"\x89PNG fake image")
+        self.object_info: Any = OBJECT_INFO
+        self.ws_frames: bytes | None = None
+        self.calls.clear()
+
+    def send(self, handler: BaseHTTPRequestHandler, answer: Any) -> None:
+        body = as_body(answer)
+        try:
+            handler.send_response(body.status)
+            for key, value in body.headers.items():
+                handler.send_header(key, value)
+            if "Content-Length" not in body.headers or body.close:
+                handler.send_header("Connection", "close")
+                handler.close_connection = True
+            handler.end_headers()
+            for chunk in body.chunks:
+                if body.delay:
+                    time.sleep(body.delay)
+                handler.wfile.write(chunk)
+                handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (caps, deadlines): expected
+            handler.close_connection = True
+
+    def websocket(self, handler: BaseHTTPRequestHandler) -> None:
+        if self.ws_frames is None:
+            return self.send(handler, Body(404, b""))
+        key = handler.headers.get("Sec-WebSocket-Key", "").encode()
+        accept = base64.b64encode(hashlib.sha1(key + WS_GUID).digest()).decode()
+        handler.send_response(101)
+        handler.send_header("Upgrade", "websocket")
+        handler.send_header("Connection", "Upgrade")
+        handler.send_header("Sec-WebSocket-Accept", accept)
+        handler.end_headers()
+        try:
+            handler.wfile.write(self.ws_frames)
+            handler.wfile.flush()
+            time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        handler.close_connection = True
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def repeat(chunk: bytes, total: int) -> Callable[[], Iterable[bytes]]:
+    """`total` bytes as repeated `chunk`s, generated lazily (the server never holds them all)."""
+    def chunks() -> Iterable[bytes]:
+        sent = 0
+        while sent < total:
+            piece = chunk[: total - sent]
+            sent += len(piece)
+            yield piece
+    return chunks
