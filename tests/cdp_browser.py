@@ -4,7 +4,6 @@ Started with its own temporary profile on a free loopback debugging port and sto
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import os
@@ -13,7 +12,9 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from base64 import b64decode
 from pathlib import Path
+from subprocess import Popen
 
 from comfyui_host import stop_process_group
 
@@ -41,7 +42,7 @@ class Chromium:
         import websocket  # test extra; imported here so collection works without it
 
         self.profile = Path(tempfile.mkdtemp(prefix="h3kit-chromium-"))
-        self.process = subprocess.Popen(
+        self.process = Popen(
             [
                 binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                 "--disable-dev-shm-usage", f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
@@ -106,7 +107,7 @@ class Chromium:
     def screenshot(self, path: Path, fmt: str = "png") -> Path:
         data = self.send("Page.captureScreenshot", {"format": fmt})["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data))
+        path.write_bytes(b64decode(data))
         return path
 
     def console_errors(self) -> list[str]:
