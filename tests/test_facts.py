@@ -141,7 +141,8 @@ def test_no_import_circles_between_modules():
 def test_checks_import_without_torch_or_comfyui():
     """Imported on its own (the pack's root __init__ registers nodes and is skipped here), checks/ is pure."""
     code = f"""
-import importlib, sys, types
+import sys, types
+from importlib import import_module
 pack = types.ModuleType("h3kit"); pack.__path__ = [{str(ROOT)!r}]; sys.modules["h3kit"] = pack
 for name in {sorted(p.stem for p in (ROOT / "checks").glob("*.py"))!r}:
     import_module("h3kit.checks." + name)
