@@ -555,7 +555,7 @@ class H3KitRef2VAPrompt:
                                "00:03.000, ...'). Restate identifying appearance in every shot."),
                 "soundscape": _text("overall_soundscape: diegetic sounds only (ambience, physical sounds)."),
                 "music": _text("non_diegetic_music: the score only the audience hears, or N/A.", "N/A"),
-                "length": ("INT", {"default": 243, "min": 5, "max": 3600, "step": 17, "tooltip":
+                "length": ("INT", {"default": 243, "min": facts.H3_LENGTH_MIN, "max": 3600, "step": facts.H3_LENGTH_STEP, "tooltip":
                                    "Frames at 24 fps on H3's 17k+5 grid, 5..362 (124 = 5.17 s, 243 = 10.125 s, "
                                    "362 = 15.08 s). Use the same value as MiniMaxH3ReferenceToVideo's length."}),
                 "ref_images": _count("ref_images"),

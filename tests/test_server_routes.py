@@ -143,6 +143,22 @@ def test_model_files_are_checked_against_the_host_folders():
     assert missing and all(c["status"] == "FAIL" and "models/" in c["fix"] and c["node_id"] in graph for c in missing)
 
 
+def test_nodes_the_frontend_left_out_are_reported_missing_not_as_dangling_links(routes):
+    """A frontend leaves nodes of unknown types out of the prompt; it names them in "absent"."""
+    graph = shipped("h3_ltx_two_stage")
+    absent = {k: n["class_type"] for k, n in graph.items() if n["class_type"].startswith("MiniMaxH3")}
+    sent = {k: n for k, n in graph.items() if k not in absent}
+    host = server_routes.HostView(SCHEMAS, set(SCHEMAS) - set(absent.values()), pack_of=providing_pack)
+    report = server_routes.preflight_report(server_routes.with_absent_nodes(sent, absent), lambda g: host)
+    missing = {c["node_id"] for c in report["checks"] if c["check"] == "nodes" and c["status"] == FAIL}
+    assert missing == set(absent) and all("ComfyUI core" in c["fix"] for c in report["checks"] if c["check"] == "nodes")
+    assert not [c for c in report["checks"] if "not in the graph" in c["detail"]]
+    status, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": sent, "absent": {**absent, "13": "X"}})
+    assert status == 200 and json.loads(body)["status"] == FAIL  # an id already in the graph is not replaced
+    assert server_routes.with_absent_nodes(sent, {"99": "A" * 201, "98": 5, "97": "Ok"}) == {**sent, "97": {
+        "class_type": "Ok", "inputs": {}}}
+
+
 def test_environment_checks_of_the_server_are_part_of_the_answer():
     env = Check(WARN, "torch", "a CPU-only build", "install a CUDA build")
     host = server_routes.HostView(SCHEMAS, set(SCHEMAS), environment=lambda graph: [env])
@@ -232,8 +248,9 @@ def test_post_refuses_oversized_bodies_and_graphs(routes, monkeypatch):
     assert got == 413
     monkeypatch.setattr(server_routes, "MAX_BODY_BYTES", 10**6)
     monkeypatch.setattr(server_routes, "MAX_NODES", 3)
-    got, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": shipped("h3kit_handoff_demo")})
-    assert got == 413 and "6 nodes" in json.loads(body)["error"]
+    demo = shipped("h3kit_handoff_demo")
+    got, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": demo})
+    assert got == 413 and f"{len(demo)} nodes" in json.loads(body)["error"]
 
 
 def test_a_broken_check_is_a_500_that_says_why(routes, monkeypatch):

@@ -85,7 +85,7 @@ def install_tiny_ltx(comfyui_server) -> None:
     _write_draft_audio(comfyui_server.base_dir / "input" / "h3kit_draft.wav", seconds=DRAFT_FRAMES / FPS)
 
 
-def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: str = "stage2") -> dict:
+def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: str = "stage2", av: bool = False) -> dict:
     """The shipped graph minus stage 1, fed by a synthetic draft, with tiny models and this host's SaveVideo layout."""
     shipped = json.loads(WORKFLOW.read_text())
     graph = {nid: copy.deepcopy(node) for nid, node in shipped.items() if nid not in STAGE1}
@@ -104,11 +104,20 @@ def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: st
         graph["m3"] = {"class_type": "PreviewAny", "inputs": {"source": ["m1", 1]}}
         graph["m4"] = {"class_type": "PreviewAny", "inputs": {"source": ["m2", 1]}}
         graph["30"]["inputs"]["model"] = ["m2", 0]
+    if av:  # refine video + the draft's audio latent together (nested AV latent), decode the video part
+        graph["a1"] = {"class_type": "LTXVAudioVAELoader", "inputs": {"ckpt_name": "tiny_ltx_audio_vae.safetensors"}}
+        graph["a2"] = {"class_type": "LTXVAudioVAEEncode", "inputs": {"audio": [HANDOFF, 1], "audio_vae": ["a1", 0]}}
+        graph["a3"] = {"class_type": "LTXVConcatAVLatent", "inputs": {"video_latent": ["24", 0], "audio_latent": ["a2", 0]}}
+        graph["a4"] = {"class_type": "LTXVSeparateAVLatent", "inputs": {"av_latent": ["33", 0]}}
+        graph["32"]["inputs"]["latent_image"] = ["a3", 0]
+        graph["33"]["inputs"]["reference"] = ["a3", 0]
+        graph["34"]["inputs"]["samples"] = ["a4", 0]
     save = graph["41"]["inputs"]
     save["filename_prefix"] = f"h3kit/{prefix}"
     if server.has(FLAT_SAVEVIDEO):  # this host's SaveVideo takes format + codec, not the >=0.34 format.codec
         save["codec"] = save.pop("format.codec")
-    graph["s1"] = {"class_type": "SaveLatent", "inputs": {"samples": ["33", 0], "filename_prefix": f"h3kit/{prefix}"}}
+    graph["s1"] = {"class_type": "SaveLatent", "inputs": {"samples": ["a4" if av else "33", 0],
+                                                          "filename_prefix": f"h3kit/{prefix}"}}
     return graph
 
 
@@ -157,6 +166,18 @@ def test_stage2_runs_on_ltxav_and_writes_a_verified_mp4_with_the_drafts_audio(lt
     assert guard["correlation"]["samples"] >= 0.5  # the shipped min_correlation held on a refiner that changes little
     latent = refined_latent(ltx_host, entry)
     assert list(latent.shape) == [1, 128, 3, TARGET_H // 32, TARGET_W // 32]  # upsampled x2 from the 128x64 encode
+
+
+def test_nested_audio_video_latent_refines_and_both_streams_are_guarded(ltx_host):
+    """The draft's audio encoded by the tiny LTX-2 audio VAE, refined together with the video (a nested latent):
+    the guard reads both streams, applies min_correlation to the video one and reports the audio one."""
+    entry = run(ltx_host, prefix="av", av=True)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:4000]
+    guard = report_of(entry, "44")
+    assert set(guard["streams"]) == {"video", "audio"}, guard
+    assert guard["streams"]["audio"]["shape"][:2] == [1, 8] and guard["correlation"]["video"] >= 0.5
+    assert guard["correlation"]["audio"] is not None
+    assert list(refined_latent(ltx_host, entry).shape) == [1, 128, 3, TARGET_H // 32, TARGET_W // 32]
 
 
 def test_latent_guard_stops_a_refiner_with_nan_weights(ltx_host):

@@ -13,6 +13,8 @@ Files (ComfyUI's model folders under --models):
 - vae/tiny_ltx_video_vae.safetensors: the LTX-2 video VAE layout (x32 space, x8 time, 128 latent channels),
   one layer per stage; per-channel statistics scaled so the latent has std of a few units.
 - latent_upscale_models/tiny_ltx_upscaler_x2.safetensors: the x2 spatial latent upsampler, 32 mid channels.
+- checkpoints/tiny_ltx_audio_vae.safetensors: the LTX-2 audio VAE (mel 64 bins -> 8 x 16 latent = the DiT's 128
+  audio channels) with a small vocoder, both configs in the metadata (the loader requires them).
 Prints one JSON line: {name: path} plus the configs used.
 """
 
@@ -52,6 +54,18 @@ VAE_CONFIG = {
                        ["res_x", {"num_layers": 1, "inject_noise": False}]],
 }
 VAE_LATENT_STD = 0.05  # per-channel "std-of-means": the normalised latent is the raw one / 0.05
+_AUDIO_ENCODER = {"ch": 16, "out_ch": 8, "ch_mult": [1, 2, 4], "num_res_blocks": 1, "attn_resolutions": [],
+                  "dropout": 0.0, "resamp_with_conv": True, "in_channels": 2, "resolution": 256, "z_channels": 8,
+                  "double_z": True, "attn_type": "vanilla", "mid_block_add_attention": False, "norm_type": "pixel",
+                  "causality_axis": "height", "mel_bins": 64}
+AUDIO_VAE_CONFIG = {
+    "_class_name": "CausalAudioAutoencoder", "sampling_rate": 16000,
+    "model": {"params": {"encoder": _AUDIO_ENCODER,
+                         "decoder": {**_AUDIO_ENCODER, "out_ch": 2, "give_pre_end": False, "tanh_out": False}}},
+}
+VOCODER_CONFIG = {"resblock_kernel_sizes": [3], "upsample_rates": [6, 5, 2, 2, 2],
+                  "upsample_kernel_sizes": [16, 15, 8, 4, 4], "resblock_dilation_sizes": [[1, 3, 5]],
+                  "upsample_initial_channel": 64, "stereo": True, "resblock": "1", "output_sample_rate": 24000}
 UPSCALER_CONFIG = {"_class_name": "LatentUpsampler", "in_channels": 128, "mid_channels": 32, "num_blocks_per_stage": 1,
                    "dims": 3, "spatial_upsample": True, "temporal_upsample": False, "spatial_scale": 2.0,
                    "rational_resampler": False}
@@ -117,6 +131,19 @@ def upscaler_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
     return randomize(LatentUpsampler.from_config(UPSCALER_CONFIG), generator)
 
 
+def audio_vae_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The audio VAE checkpoint layout: autoencoder under 'audio_vae.', vocoder under 'vocoder.'."""
+    from comfy.ldm.lightricks.vae.causal_audio_autoencoder import CausalAudioAutoencoder
+    from comfy.ldm.lightricks.vocoders.vocoder import Vocoder
+
+    state = {f"audio_vae.{k}": v for k, v in randomize(CausalAudioAutoencoder(config=AUDIO_VAE_CONFIG), generator).items()}
+    for name in state:
+        if name.startswith("audio_vae.per_channel_statistics."):
+            state[name] = torch.full_like(state[name], 1.0 if "std" in name else 0.0)
+    state.update({f"vocoder.{k}": v for k, v in randomize(Vocoder(config=VOCODER_CONFIG), generator).items()})
+    return state
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--comfyui-dir", required=True, type=Path)
@@ -135,6 +162,9 @@ def main() -> int:
     written[path.name] = str(path)
     path = args.models / "latent_upscale_models" / "tiny_ltx_upscaler_x2.safetensors"
     write(path, upscaler_state(generator), UPSCALER_CONFIG)
+    written[path.name] = str(path)
+    path = args.models / "checkpoints" / "tiny_ltx_audio_vae.safetensors"  # LTXVAudioVAELoader reads checkpoints/
+    write(path, audio_vae_state(generator), {"audio_vae": AUDIO_VAE_CONFIG, "vocoder": VOCODER_CONFIG})
     written[path.name] = str(path)
     print(json.dumps({"written": written, "dit_config": DIT_CONFIG}))
     return 0
