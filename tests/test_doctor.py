@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import struct
 import types
@@ -392,7 +393,7 @@ def test_f35_missing_nodes_name_the_providing_pack():
 def test_doctor_offline_workflow_exit_status(tmp_path, capsys):
     path = tmp_path / "wf.json"
     path.write_text(json.dumps(refine_graph("0.909375, 0.725, 0.421875, 0")))
-    parser = __import__("argparse").ArgumentParser()
+    parser = argparse.ArgumentParser()
     doctor.add_arguments(parser)
     code = doctor.run(parser.parse_args(["--workflow", str(path), "--no-local", "--json"]))
     report = json.loads(capsys.readouterr().out)

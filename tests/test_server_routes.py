@@ -12,6 +12,7 @@ import sys
 import types
 from collections import Counter
 from pathlib import Path
+from re import compile as regex
 
 import pytest
 from h3kit.adapters import server_routes
@@ -220,9 +221,8 @@ def test_get_tells_the_extension_which_nodes_it_watches(routes):
     status, body = call(routes, "GET", "/h3kit/preflight")
     pattern = json.loads(body)["watch"]
     assert status == 200
-    import re
 
-    watched = re.compile(pattern)
+    watched = regex(pattern)
     assert all(watched.search(t) for t in ("H3KitRefineSetup", "MiniMaxH3ImageToVideo", "LTXVLatentUpsampler",
                                            "EmptyMiniMaxH3LatentAV", "LTXAVTextEncoderLoader"))
     assert not any(watched.search(t) for t in ("KSampler", "SaveImage", "CLIPTextEncode", "MyLTXVNode"))
