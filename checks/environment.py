@@ -49,7 +49,7 @@ def cuda_major_from_torch_tag(torch_version: str) -> int | None:
 # --- what this machine is ------------------------------------------------------------------------
 
 PACK_ROOT = Path(__file__).resolve().parent.parent
-_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
+_VERSION_LINE = r"""^__version__\s*=\s*["']([^"']+)["']"""  # comfyui_version.py
 
 
 def local_comfyui_version(env: dict[str, str] | None = None) -> str | None:
@@ -64,7 +64,8 @@ def local_comfyui_version(env: dict[str, str] | None = None) -> str | None:
     candidates += [Path(env["COMFYUI_DIR"])] if env.get("COMFYUI_DIR") else []
     for folder in candidates:
         try:
-            match = _VERSION_LINE.search((folder / "comfyui_version.py").read_text(encoding="utf-8")[:4096])
+            match = re.search(_VERSION_LINE, (folder / "comfyui_version.py").read_text(encoding="utf-8")[:4096],
+                              re.M)
         except OSError:
             continue
         if match:
