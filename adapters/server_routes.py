@@ -1,10 +1,11 @@
 """The pack's HTTP routes inside ComfyUI: the graph editor's preflight and the pack's template files.
 
-- ``POST /h3kit/preflight`` with ``{"prompt": <API graph as the frontend queues it>}`` answers the PASS/WARN/FAIL
-  checks of ``checks.workflow.preflight_checks`` (what ``validate``/``doctor --workflow`` and H3KitPreflight
-  run), against this server's own node schemas, registered nodes and model folders, plus this server's
-  environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends). web/h3kit_preflight.js calls it before
-  it queues a graph that holds an H3 or LTX node.
+- ``POST /h3kit/preflight`` with ``{"prompt": <API graph as the frontend queues it>, "absent": {id: type}}``
+  (``absent``: nodes the frontend leaves out of the prompt because this host lacks their type) answers the
+  PASS/WARN/FAIL checks of ``checks.workflow.preflight_checks`` (what ``validate``/``doctor --workflow`` and
+  H3KitPreflight run) against this server's own node schemas, registered nodes and model folders, plus this
+  server's environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends).
+  web/h3kit_preflight.js calls it before it queues a graph that holds an H3 or LTX node.
 - ``GET /h3kit/preflight`` tells the extension which node types it watches.
 - ``GET /workflow_templates/<this pack's folder>/<file>``: the template browser lists the pack's workflows
   from every host, but some hosts (the installable ComfyUI 0.12 fork) never register the static route that
@@ -68,6 +69,17 @@ def preflight_checks(graph: dict, host: HostView) -> list[Check]:
     then the server's environment."""
     found = graph_checks(graph, host.schemas, host.locate, host.node_ids, host.disabled, pack_of=host.pack_of)
     return [*host.notes, *found, *host.environment(graph)]
+
+
+def with_absent_nodes(graph: dict, absent: Any) -> dict:
+    """The graph plus the nodes the frontend left out of it because this host lacks their type ({id: type}):
+    they are then reported as missing nodes with the pack that provides them, not as dangling links."""
+    if not isinstance(absent, dict) or not isinstance(graph, dict):
+        return graph
+    added = {str(node_id): {"class_type": class_type, "inputs": {}}
+             for node_id, class_type in list(absent.items())[:MAX_NODES]
+             if isinstance(class_type, str) and 0 < len(class_type) <= 200 and str(node_id) not in graph}
+    return {**graph, **added}
 
 
 def preflight_report(graph: Any, host_for: Callable[[dict], HostView]) -> dict[str, Any]:
@@ -157,7 +169,7 @@ async def handle_preflight(request: Any) -> Any:
     if len(graph) > MAX_NODES:
         return _error(web, 413, f"graph has {len(graph)} nodes, over {MAX_NODES}", "check a smaller graph")
     try:
-        report = preflight_report(graph, comfyui_host)
+        report = preflight_report(with_absent_nodes(graph, body.get("absent")), comfyui_host)
     except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
         LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
         return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {exc})",

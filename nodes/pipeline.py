@@ -90,7 +90,7 @@ class H3KitDraftToLTX:
 
     @classmethod
     def INPUT_TYPES(cls) -> dict:
-        side = {"min": 64, "max": 16384, "step": 64}
+        side = {"min": facts.OUTPUT_SIDE_MULTIPLE, "max": 16384, "step": facts.OUTPUT_SIDE_MULTIPLE}
         return {
             "required": {
                 "frames": ("IMAGE", {"tooltip": "The decoded H3 draft frames (VAEDecode of the H3 latent)."}),

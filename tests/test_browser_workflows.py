@@ -1,20 +1,26 @@
-"""Tier (d): the shipped workflows in the real ComfyUI frontend, in headless Chromium (`pytest -m browser`).
+"""Tier (d): the shipped workflows and the editor preflight in the real ComfyUI frontend (`pytest -m browser`).
 
-Needs COMFYUI_DIR (tier b's server, whose frontend package is the one under test) and a Chromium binary
-(Debian: `apt-get install -y chromium`; or H3KIT_CHROMIUM=/path/to/chrome). Driven over the DevTools
-protocol with websocket-client (tests/cdp_browser.py); skipped with the reason when either is missing.
-Screenshots go to test-artifacts/browser/ (H3KIT_BROWSER_ARTIFACTS overrides it).
+Headless Chromium driven by playwright (tests/browser_ui.py). Every host in COMFYUI_DIRS runs once with its
+own frontend and once per folder in H3KIT_FRONTEND_ROOTS (os.pathsep-separated static/ folders of a
+comfyui-frontend-package wheel, served with --front-end-root), so the frontends users have are all covered:
+1.27 (v0.3.64), 1.40 (the 0.12.1 fork) and the newest. Needs a system Chromium (Debian: `apt-get install -y
+chromium`, or H3KIT_CHROMIUM=/path); playwright never downloads one. Skipped, with the reason, otherwise.
+Screenshots go to test-artifacts/browser/ (H3KIT_BROWSER_ARTIFACTS overrides it); the measured preflight
+latency to test-artifacts/browser/preflight-latency.json.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
 import pytest
-from cdp_browser import BrowserError, Chromium, find_chromium
+from browser_ui import Editor, dumps, find_chromium, launch_chromium
+from comfyui_host import ComfyUIServer, HostSpec, configured_hosts
 
 pytestmark = pytest.mark.browser
 
@@ -24,81 +30,96 @@ WORKFLOW_NAMES = sorted(p.stem for p in API_DIR.glob("*.json"))
 ARTIFACTS = Path(os.environ.get("H3KIT_BROWSER_ARTIFACTS", PACK_ROOT / "test-artifacts" / "browser"))
 TEMPLATE_MODULE = "H3Kit"  # tests/comfyui_host.py links the pack as custom_nodes/H3Kit
 RUNNABLE_WORKFLOW = "h3kit_handoff_demo"  # core nodes + H3Kit nodes only: queued from the UI
-# One screenshot per workflow family for the README, refreshed with H3KIT_README_SHOTS=1 (docs/img/).
 README_SHOTS = {"h3_ltx_two_stage", "h3_ref2va_two_stage", "h3_effects_t2va", "h3_native_362_lowvram", RUNNABLE_WORKFLOW}
 DOCS_IMG = PACK_ROOT / "docs" / "img"
-
-# In-page probes. A missing-nodes warning is a dialog; anything else (toast of severity error, other dialog)
-# is a failure. The graph is read back through the frontend's own serialisation.
-PAGE_HELPERS = r"""
-window.__h3 = {
-  dialogs() {
-    return [...document.querySelectorAll('.p-dialog')].map(d => d.innerText.trim());
-  },
-  errorToasts() {
-    return [...document.querySelectorAll('.p-toast-message-error, .p-toast-message-warn')]
-      .map(t => t.innerText.trim());
-  },
-  closeAll() {
-    document.querySelectorAll('.p-toast-close-button').forEach(b => b.click());
-    document.querySelectorAll('.p-dialog .p-dialog-close-button, .p-dialog [aria-label="Close"]')
-      .forEach(b => b.click());
-  },
-  graph() {
-    const data = app.graph.serialize();
-    return {
-      nodes: data.nodes.length,
-      links: data.links.length,
-      broken: app.graph.nodes.filter(n => n.has_errors).map(n => n.type),
-      types: data.nodes.map(n => n.type),
-    };
-  },
-  async drop(name, text) {
-    const file = new File([text], name, {type: 'application/json'});
-    const transfer = new DataTransfer();
-    transfer.items.add(file);
-    app.canvasEl.dispatchEvent(new DragEvent('drop', {dataTransfer: transfer, bubbles: true, cancelable: true}));
-  },
-};
-true
-"""
+PREFLIGHT_SETTING = "H3Kit.Preflight.Enabled"
+CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine that starts above 0.8 repaints faces
+MAX_ADDED_LATENCY_MS = 200  # issue 18: a healthy 40-node graph queues at most this much later with the check
 
 
-def _skip_reason() -> str | None:
-    if find_chromium() is None:
-        return "no Chromium found: apt-get install -y chromium (or set H3KIT_CHROMIUM=/path/to/chrome)"
+@dataclasses.dataclass(frozen=True)
+class FrontendHost(HostSpec):
+    """A configured host, optionally serving another frontend (--front-end-root)."""
+
+    front_end_root: str | None = None
+
+    def command(self, port: int, base_dir: Path) -> list[str]:
+        extra = ["--front-end-root", self.front_end_root] if self.front_end_root else []
+        return super().command(port, base_dir) + extra
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{'frontend-' + Path(self.front_end_root).name if self.front_end_root else 'own-frontend'}"
+
+
+def _combinations() -> list[FrontendHost]:
+    hosts, _ = configured_hosts()
+    roots = [r for r in os.environ.get("H3KIT_FRONTEND_ROOTS", "").split(os.pathsep) if r.strip()]
+    fields = lambda h: {f.name: getattr(h, f.name) for f in dataclasses.fields(h)}  # noqa: E731
+    return [FrontendHost(**fields(h), front_end_root=root) for h in hosts for root in (None, *roots)]
+
+
+COMBINATIONS = _combinations()
+
+
+@pytest.fixture(scope="module", params=COMBINATIONS or [None], ids=[c.label for c in COMBINATIONS] or ["no-host"])
+def server(request):
+    if request.param is None:
+        pytest.skip(configured_hosts()[1])
+    if request.param.front_end_root and not (Path(request.param.front_end_root) / "index.html").is_file():
+        pytest.fail(f"H3KIT_FRONTEND_ROOTS names {request.param.front_end_root}, which has no index.html: point it "
+                    "at the static/ folder of an unpacked comfyui-frontend-package wheel")
+    started = ComfyUIServer(request.param)
+    started.start()
     try:
-        import websocket  # noqa: F401
-    except ImportError:
-        return "websocket-client is not installed: pip install -e .[test]"
-    return None
-
-
-@pytest.fixture(scope="module")
-def page(comfyui_server):
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    # a fresh user dir would open the "Get Started" template dialog over the canvas on first load
-    status, _ = comfyui_server.post("/api/settings/Comfy.TutorialCompleted", True)
-    assert status == 200
-    browser = Chromium(find_chromium())
-    try:
-        browser.goto(comfyui_server.url)
-        browser.wait_for("!!(window.app && app.graph && app.vueAppReady && window.LiteGraph)", 120, "the frontend")
-        browser.evaluate(PAGE_HELPERS)
-        yield browser
+        status, _ = started.post("/api/settings/Comfy.TutorialCompleted", True)  # no first-run template dialog
+        assert status == 200
+        yield started
     finally:
-        browser.close()
+        started.stop()
+        started.cleanup()
 
 
 @pytest.fixture(scope="module")
-def server_nodes(comfyui_server) -> set[str]:
-    return set(comfyui_server.object_info())
+def chromium():
+    if find_chromium() is None:
+        pytest.skip("no Chromium found: apt-get install -y chromium (or set H3KIT_CHROMIUM=/path/to/chrome)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e .[test]")
+    with sync_api.sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def _new_editor(chromium, server, blocked: str | None = None) -> tuple[Editor, object]:
+    context = chromium.new_context(viewport={"width": 1600, "height": 1000})
+    if blocked:
+        context.route(blocked, lambda route: route.abort())
+    return Editor(context.new_page(), server.url), context
+
+
+@pytest.fixture(scope="module")
+def editor(chromium, server):
+    page_editor, context = _new_editor(chromium, server)
+    try:
+        yield page_editor
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def server_nodes(server) -> set[str]:
+    return set(server.object_info())
 
 
 def _api_graph(name: str) -> dict:
     return json.loads((API_DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _ui_workflow(name: str) -> dict:
+    return json.loads((PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
 
 
 def _unknown_types(graph: dict, server_nodes: set[str]) -> set[str]:
@@ -110,50 +131,16 @@ def _link_count(graph: dict) -> int:
                and isinstance(v[1], int))
 
 
-def _start_clean(page: Chromium) -> None:
-    page.evaluate("__h3.closeAll(); app.graph.clear(); true")
-    page.wait_for("__h3.dialogs().length === 0 && __h3.errorToasts().length === 0", 10, "dialogs and toasts to close")
-
-
-def _settle(page: Chromium, expected_nodes: int | None) -> dict:
-    """Wait until the graph has expected_nodes nodes (or a dialog appeared), then return the probe."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        state = page.evaluate("({graph: __h3.graph(), dialogs: __h3.dialogs(), toasts: __h3.errorToasts()})")
-        if state["graph"]["nodes"] == expected_nodes or state["dialogs"] or state["toasts"]:
-            time.sleep(0.5)  # let a dialog that follows the graph (missing nodes) render
-            return page.evaluate("({graph: __h3.graph(), dialogs: __h3.dialogs(), toasts: __h3.errorToasts()})")
-        time.sleep(0.25)
-    return page.evaluate("({graph: __h3.graph(), dialogs: __h3.dialogs(), toasts: __h3.errorToasts()})")
-
-
-def _assert_only_missing_nodes_reported(state: dict, unknown: set[str], name: str) -> None:
+def _assert_only_missing_nodes_reported(editor: Editor, state: dict, unknown: set[str], name: str) -> None:
     assert state["toasts"] == [], f"{name}: error toast(s): {state['toasts']}"
+    report = editor.missing_node_report(state)
     if not unknown:
-        assert state["dialogs"] == [], f"{name}: unexpected dialog(s): {state['dialogs']}"
+        assert report == "" and state["dialogs"] == [], f"{name}: unexpected report: {report} {state['dialogs']}"
         return
-    assert len(state["dialogs"]) == 1, f"{name}: expected one missing-nodes dialog, got {state['dialogs']}"
-    text = state["dialogs"][0]
     for class_type in unknown:
-        assert class_type in text, f"{name}: missing-nodes dialog does not list {class_type}: {text[:500]}"
-    reported_h3kit = [word for word in text.replace(",", " ").split() if word.startswith("H3Kit")]
+        assert class_type in report, f"{name}: the missing-nodes report does not list {class_type}: {report[:800]}"
+    reported_h3kit = [w for w in report.replace(",", " ").split() if w.startswith("H3Kit")]
     assert reported_h3kit == [], f"{name}: H3Kit nodes reported missing: {reported_h3kit}"
-
-
-def _open_template(page: Chromium, name: str) -> None:
-    """The user's path: Templates dialog -> Custom Nodes -> H3Kit -> the template's card."""
-    page.evaluate("app.extensionManager.command.execute('Comfy.BrowseTemplates'); true")
-    option = f"[...document.querySelectorAll('.p-dialog li.p-listbox-option')].find(e => e.innerText.trim() === {json.dumps(TEMPLATE_MODULE)})"
-    page.wait_for(f"!!({option})", 30, "the H3Kit entry under Custom Nodes in the template browser")
-    page.evaluate(f"{option}.click(); true")
-    card = (f"[...document.querySelectorAll('.p-dialog .template-card')]"
-            f".find(c => [...c.querySelectorAll('h3')].some(h => h.innerText.trim() === {json.dumps(name)}))")
-    page.wait_for(f"!!({card})", 30, f"the template card {name}")
-    page.evaluate(f"{card}.scrollIntoView(); true")  # thumbnails load lazily, when the card is visible
-    thumbnail_ok = page.wait_for(f"[...{card}.querySelectorAll('img')].some(i => i.complete && i.naturalWidth > 0)",
-                                 20, f"the thumbnail of {name}")
-    assert thumbnail_ok
-    page.evaluate(f"{card}.click(); true")
 
 
 def _save_readme_shot(png: Path, target: Path) -> None:
@@ -165,86 +152,234 @@ def _save_readme_shot(png: Path, target: Path) -> None:
     small.save(target, format="JPEG", quality=72, optimize=True)
 
 
-def test_templates_are_listed_with_thumbnails(comfyui_server):
-    listed = comfyui_server.get("/api/workflow_templates")
-    assert sorted(listed.get(TEMPLATE_MODULE, [])) == WORKFLOW_NAMES
+# --- the template browser and file drops --------------------------------------------------------------
+
+def test_templates_are_listed(server):
+    assert sorted(server.get("/api/workflow_templates").get(TEMPLATE_MODULE, [])) == WORKFLOW_NAMES
+
+
+def test_listed_templates_open(server):
+    """Every listed template and thumbnail is served (the 0.12 fork listed them but answered 404)."""
+    import requests
+
+    for name in WORKFLOW_NAMES:
+        for suffix in (".json", ".jpg"):
+            response = requests.get(f"{server.url}/api/workflow_templates/{TEMPLATE_MODULE}/{name}{suffix}", timeout=30)
+            assert response.status_code == 200, f"{name}{suffix}: HTTP {response.status_code}"
+            assert response.content == (PACK_ROOT / "workflows" / f"{name}{suffix}").read_bytes()
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_template_browser_opens_workflow(page, server_nodes, name):
+def test_template_browser_opens_workflow(editor, server_nodes, name):
     graph = _api_graph(name)
     unknown = _unknown_types(graph, server_nodes)
     assert not {t for t in unknown if t.startswith("H3Kit")}, f"H3Kit nodes absent from the server: {unknown}"
-    _start_clean(page)
-    _open_template(page, name)
-    state = _settle(page, len(graph))
-    page.evaluate("__h3.dialogs().length && __h3.closeAll(); true")
-    time.sleep(0.5)
-    shot = page.screenshot(ARTIFACTS / f"{name}.png")
-    if os.environ.get("H3KIT_README_SHOTS") == "1" and name in README_SHOTS:
+    editor.start_clean()
+    editor.open_template(TEMPLATE_MODULE, name)
+    state = editor.settle(len(graph))
+    shot = editor.screenshot(ARTIFACTS / f"{name}-v{'.'.join(map(str, editor.version))}.png")
+    if os.environ.get("H3KIT_README_SHOTS") == "1" and name in README_SHOTS and not editor.issues_panel:
         _save_readme_shot(shot, DOCS_IMG / f"workflow-{name}.jpg")
-    assert state["graph"]["nodes"] == len(graph), f"{name}: {state}"
+    assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
-    _assert_only_missing_nodes_reported(state, unknown, name)
-    assert set(state["graph"]["broken"]) == unknown
+    _assert_only_missing_nodes_reported(editor, state, unknown, name)
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_dropping_ui_file_loads_workflow(page, server_nodes, name):
+def test_dropping_ui_file_loads_workflow(editor, server_nodes, name):
     graph = _api_graph(name)
     unknown = _unknown_types(graph, server_nodes)
-    _start_clean(page)
-    text = (PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8")
-    page.evaluate(f"__h3.drop({json.dumps(name + '.json')}, {json.dumps(text)})")
-    state = _settle(page, len(graph))
-    assert state["graph"]["nodes"] == len(graph), f"{name}: {state}"
+    editor.start_clean()
+    editor.drop(f"{name}.json", (PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
+    state = editor.settle(len(graph))
+    assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
-    _assert_only_missing_nodes_reported(state, unknown, name)
-    assert set(state["graph"]["broken"]) == unknown
+    _assert_only_missing_nodes_reported(editor, state, unknown, name)
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_dropping_api_file_loads_or_names_missing_nodes(page, server_nodes, name):
-    """The frontend lays out an API file only when it knows every node; otherwise it loads nothing and
-    lists the missing types, which must be exactly the nodes this ComfyUI version lacks."""
+def test_dropping_api_file_loads_or_names_missing_nodes(editor, server_nodes, name):
+    """1.27 lays out an API file only when it knows every node (else it loads nothing and lists the missing
+    types); newer frontends load the nodes they know. Either way the missing types are exactly the nodes this
+    ComfyUI lacks, and a file with none missing loads whole."""
     graph = _api_graph(name)
     unknown = _unknown_types(graph, server_nodes)
-    _start_clean(page)
-    text = (API_DIR / f"{name}.json").read_text(encoding="utf-8")
-    page.evaluate(f"__h3.drop({json.dumps(name + '.api.json')}, {json.dumps(text)})")
-    state = _settle(page, len(graph))
-    _assert_only_missing_nodes_reported(state, unknown, name)
+    editor.start_clean()
+    editor.drop(f"{name}.api.json", (API_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    state = editor.settle(len(graph))
+    _assert_only_missing_nodes_reported(editor, state, unknown, name)
     if not unknown:
-        assert state["graph"]["nodes"] == len(graph)
-        assert state["graph"]["links"] == _link_count(graph)
+        assert state["graph"]["nodes"] == len(graph) and state["graph"]["links"] == _link_count(graph)
         assert state["graph"]["broken"] == []
 
 
+def _wait_for_history(server: ComfyUIServer, before: set[str], timeout_s: float = 180) -> dict | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        new = [v for k, v in server.get("/history").items() if k not in before]
+        if new and new[0].get("status", {}).get("completed") is not None:
+            return new[0]
+        time.sleep(0.5)
+    return None
+
+
 @pytest.mark.skipif(RUNNABLE_WORKFLOW not in WORKFLOW_NAMES, reason=f"workflows/api/{RUNNABLE_WORKFLOW}.json is absent")
-def test_known_node_workflow_queues_from_the_ui(page, comfyui_server, server_nodes):
+def test_demo_runs_from_the_run_button(editor, server, server_nodes):
     graph = _api_graph(RUNNABLE_WORKFLOW)
     assert _unknown_types(graph, server_nodes) == set()
-    _start_clean(page)
-    _open_template(page, RUNNABLE_WORKFLOW)
-    assert _settle(page, len(graph))["graph"]["nodes"] == len(graph)
-    before = set(comfyui_server.get("/history"))
-    page.evaluate("app.extensionManager.command.execute('Comfy.QueuePrompt'); true")
-    deadline = time.monotonic() + 120
-    entry = None
-    while time.monotonic() < deadline:
-        new = {k: v for k, v in comfyui_server.get("/history").items() if k not in before}
-        entry = next(iter(new.values()), None)
-        if entry and entry.get("status", {}).get("completed") is not None:
-            break
-        time.sleep(0.5)
-    assert entry is not None, f"nothing reached /history after queueing from the UI:\n{comfyui_server.log()[-2000:]}"
+    editor.start_clean()
+    editor.open_template(TEMPLATE_MODULE, RUNNABLE_WORKFLOW)
+    assert editor.settle(len(graph))["graph"]["nodes"] == len(graph)
+    before = set(server.get("/history"))
+    editor.queue()
+    entry = _wait_for_history(server, before)
+    assert entry is not None, f"nothing reached /history after Run:\n{server.log()[-2000:]}"
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:3000]
-    saved = entry["outputs"]["4"]["images"]
-    assert len(saved) == 17  # 22 stand-in frames trimmed to LTX's 8n+1 grid
-    assert all(comfyui_server.output_path(info).is_file() for info in saved)
-    page.screenshot(ARTIFACTS / f"{RUNNABLE_WORKFLOW}-queued.png")
+    assert editor.preflight_dialog().count() == 0  # the demo is healthy: the preflight let it through
+    images = [i for out in entry["outputs"].values() for i in out.get("images", [])]
+    assert images and all(server.output_path(i).is_file() for i in images)
+    editor.screenshot(ARTIFACTS / f"{RUNNABLE_WORKFLOW}-queued-v{'.'.join(map(str, editor.version))}.png")
 
 
-def test_browser_helpers_raise_on_page_errors(page):
-    with pytest.raises(BrowserError, match="h3kit-probe"):
-        page.evaluate("(() => { throw new Error('h3kit-probe') })()")
+# --- the editor preflight (issue 18) ------------------------------------------------------------------
+
+def _server_queue_size(server: ComfyUIServer) -> int:
+    queue = server.get("/queue")
+    return len(queue.get("queue_running", [])) + len(queue.get("queue_pending", []))
+
+
+def _load_repaint_cliff(editor: Editor) -> str:
+    """The shipped two-stage graph with the refine's sigmas edited by hand to a repaint cliff (F23)."""
+    editor.start_clean()
+    editor.load_workflow(_ui_workflow("h3_ltx_two_stage"))
+    editor.page.wait_for_function("app.graph.nodes.some(n => n.type === 'H3KitRefineSetup')", timeout=30_000)
+    editor.js("__h3.closeAll(); true")
+    editor.widgets("H3KitRefineSetup", schedule="manual", manual_sigmas=CLIFF_SIGMAS)
+    return next(k for k, n in _api_graph("h3_ltx_two_stage").items() if n["class_type"] == "H3KitRefineSetup")
+
+
+def test_f23_repaint_cliff_is_stopped_before_prompt_with_node_and_fix(editor, server):
+    node_id = _load_repaint_cliff(editor)
+    history, queued = set(server.get("/history")), _server_queue_size(server)
+    pressed = editor.queue()
+    dialog = editor.preflight_dialog()
+    dialog.wait_for(timeout=30_000)
+    item = dialog.locator(f".h3kit-preflight-item[data-node-id='{node_id}']").filter(has_text="F23")
+    assert item.count() == 1, dialog.inner_text()
+    text = item.inner_text()
+    assert CLIFF_SIGMAS.split(",")[0] in text and "Refine setup" in text
+    assert "Fix: use schedule identity_0.78, or set allow_repaint true" in text
+    item.click()
+    assert editor.selected_node_ids() == [node_id]  # the click shows the node
+    editor.screenshot(ARTIFACTS / f"preflight-f23-v{'.'.join(map(str, editor.version))}.png")
+    dialog.get_by_role("button", name="Cancel").click()
+    editor.page.wait_for_timeout(1000)
+    assert editor.posts("/api/h3kit/preflight", pressed), "the preflight route was not asked"
+    assert editor.posts("/api/prompt", pressed) == [], "POST /prompt was sent although the preflight failed"
+    assert set(server.get("/history")) == history and _server_queue_size(server) == queued  # the server got nothing
+
+
+def test_run_anyway_queues_the_graph(editor, server):
+    _load_repaint_cliff(editor)
+    pressed = editor.queue()
+    editor.preflight_dialog().get_by_role("button", name="Run anyway").click(timeout=30_000)
+    editor.page.wait_for_timeout(1500)
+    assert len(editor.posts("/api/prompt", pressed)) == 1  # what the server does with it is the server's business
+    editor.js("__h3.closeAll(); true")
+
+
+def test_setting_off_queues_without_the_check(editor, server):
+    _load_repaint_cliff(editor)
+    editor.set_setting(PREFLIGHT_SETTING, False)
+    try:
+        pressed = editor.queue()
+        editor.page.wait_for_timeout(3000)
+        assert editor.preflight_dialog().count() == 0
+        assert editor.posts("/api/h3kit/preflight", pressed) == []
+        assert len(editor.posts("/api/prompt", pressed)) == 1
+    finally:
+        editor.set_setting(PREFLIGHT_SETTING, True)
+        editor.js("__h3.closeAll(); true")
+
+
+def test_check_command_lists_the_problems_without_queueing(editor):
+    node_id = _load_repaint_cliff(editor)
+    started = time.monotonic()
+    editor.js("() => { app.extensionManager.command.execute('H3Kit.CheckGraph'); }")
+    dialog = editor.preflight_dialog()
+    dialog.wait_for(timeout=30_000)
+    assert dialog.locator(f"[data-node-id='{node_id}']").filter(has_text="F23").count() == 1
+    assert dialog.get_by_role("button", name="Run anyway").count() == 0
+    dialog.get_by_role("button", name="Close").click()
+    assert editor.posts("/api/prompt", started) == []
+
+
+def _healthy_graph(copies: int = 5) -> dict:
+    """`copies` renumbered copies of the demo (7 nodes each) plus one more report per copy: 40 nodes."""
+    demo = _api_graph(RUNNABLE_WORKFLOW)
+    graph: dict[str, dict] = {}
+    for copy in range(copies):
+        offset = copy * 10
+
+        def renumber(value, offset=offset):
+            return [str(int(value[0]) + offset), value[1]] if isinstance(value, list) and len(value) == 2 else value
+
+        for node_id, node in demo.items():
+            graph[str(int(node_id) + offset)] = {**node, "inputs": {k: renumber(v) for k, v in node["inputs"].items()}}
+        graph[str(offset + 9)] = {"class_type": "PreviewAny", "inputs": {"source": [str(offset + 2), 4]}}
+    return graph
+
+
+def test_healthy_40_node_graph_queues_with_at_most_200_ms_added(editor, server):
+    from h3kit.scripts.schemas import offline_schemas
+    from h3kit.scripts.workflows_ui import api_to_ui
+
+    graph = _healthy_graph()
+    assert len(graph) == 40
+    editor.start_clean()
+    editor.load_workflow(api_to_ui("healthy_40", graph, offline_schemas()))
+    editor.page.wait_for_function("app.graph.nodes.length === 40", timeout=30_000)
+    measure = """async () => { const t0 = performance.now(); await app.queuePrompt(0, 1);
+                               return performance.now() - t0; }"""
+    editor.js(measure)  # first run executes the graph; the measured ones hit ComfyUI's cache
+    editor.page.wait_for_timeout(3000)
+    timings: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(7):
+        for enabled in (True, False):
+            editor.set_setting(PREFLIGHT_SETTING, enabled)
+            timings[enabled].append(editor.js(measure))
+    editor.set_setting(PREFLIGHT_SETTING, True)
+    assert editor.preflight_dialog().count() == 0, editor.preflight_dialog().inner_text()
+    # the check itself, as the browser timed it: the preflight requests run before each /prompt
+    checks = editor.js("""performance.getEntriesByType('resource').filter(e => e.name.includes('/h3kit/preflight')
+                          && e.initiatorType === 'fetch').map(e => e.duration)""")[-7:]
+    added = statistics.median(timings[True]) - statistics.median(timings[False])
+    result = {"frontend": ".".join(map(str, editor.version)), "host": server.host.name, "nodes": 40, "runs": 7,
+              "median_ms_with": round(statistics.median(timings[True]), 1),
+              "median_ms_without": round(statistics.median(timings[False]), 1), "added_ms": round(added, 1),
+              "preflight_request_median_ms": round(statistics.median(checks), 1), "preflight_request_max_ms": round(max(checks), 1)}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with open(ARTIFACTS / "preflight-latency.jsonl", "a", encoding="utf-8") as log:
+        log.write(json.dumps(result) + "\n")
+    assert len(checks) == 7 and added <= MAX_ADDED_LATENCY_MS, result
+    assert result["preflight_request_median_ms"] <= MAX_ADDED_LATENCY_MS, result
+
+
+def test_editor_works_when_the_extension_cannot_load(chromium, server):
+    """The extension blocked (as if its file failed): the editor loads as it does with it, and queues unchecked."""
+    plain, plain_context = _new_editor(chromium, server)
+    plain_context.close()
+    blocked, context = _new_editor(chromium, server, blocked="**/extensions/H3Kit/**")
+    load_errors = sorted(blocked.page_errors)
+    try:
+        assert load_errors == sorted(plain.page_errors)  # the missing extension adds no error to the frontend's own
+        blocked.start_clean()
+        blocked.load_workflow(_ui_workflow(RUNNABLE_WORKFLOW))
+        blocked.page.wait_for_function(f"app.graph.nodes.length === {len(_api_graph(RUNNABLE_WORKFLOW))}",
+                                       timeout=30_000)
+        pressed = blocked.queue()
+        blocked.page.wait_for_timeout(3000)
+        assert len(blocked.posts("/api/prompt", pressed)) == 1
+        assert blocked.posts("/api/h3kit/preflight") == []
+    finally:
+        context.close()

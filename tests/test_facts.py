@@ -4,9 +4,9 @@ checks/ package stays pure (no torch, no ComfyUI, no nodes/ or scripts/) without
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from pathlib import Path
+from subprocess import run as run_process
 
 import pytest
 from h3kit.checks import facts
@@ -68,6 +68,11 @@ def _fact_copies(tree: ast.AST) -> list[str]:
         elif isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts):
             if tuple(e.value for e in node.elts) in ((0, 34, 0), (0, 2, 31)):
                 found.append(f"line {node.lineno}: a version tuple")
+        elif isinstance(node, ast.Dict):  # a widget restating the H3 grid: {"step": 17}
+            for key, value in zip(node.keys, node.values, strict=False):
+                if isinstance(key, ast.Constant) and key.value == "step" and isinstance(value, ast.Constant) \
+                        and value.value == 17:
+                    found.append(f"line {node.lineno}: a widget on the H3 grid (step 17)")
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.right, ast.Constant):
             grid_step = node.right.value == 17 or (
                 node.right.value == 8 and isinstance(node.left, ast.BinOp) and isinstance(node.left.op, ast.Sub))
@@ -83,8 +88,8 @@ def test_no_runtime_module_restates_a_fact():
 
 
 def test_the_walker_finds_a_planted_copy():
-    planted = "LIMIT = 0.8\nok = (n - 5) % 17 == 0\nMIN = (0, 34, 0)\n"
-    assert len(_fact_copies(ast.parse(planted))) == 3
+    planted = 'LIMIT = 0.8\nok = (n - 5) % 17 == 0\nMIN = (0, 34, 0)\nW = {"min": 5, "step": 17}\n'
+    assert len(_fact_copies(ast.parse(planted))) == 4
 
 
 # --- layering -----------------------------------------------------------------------------------
@@ -141,15 +146,16 @@ def test_no_import_circles_between_modules():
 def test_checks_import_without_torch_or_comfyui():
     """Imported on its own (the pack's root __init__ registers nodes and is skipped here), checks/ is pure."""
     code = f"""
-import importlib, sys, types
+import sys, types
+from importlib import import_module
 pack = types.ModuleType("h3kit"); pack.__path__ = [{str(ROOT)!r}]; sys.modules["h3kit"] = pack
 for name in {sorted(p.stem for p in (ROOT / "checks").glob("*.py"))!r}:
-    importlib.import_module("h3kit.checks." + name)
+    import_module("h3kit.checks." + name)
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "comfy", "folder_paths", "numpy", "av")
                or m.startswith(("h3kit.nodes", "h3kit.scripts", "h3kit.kernels")))
 print(heavy)
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = run_process([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 

@@ -330,6 +330,15 @@ def test_f10_partial_nan_and_inf_are_counted():
     assert (stats["nan_count"], stats["inf_count"]) == (3, 1)
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf")])
+def test_f10_inf_alone_stops_the_run(bad):
+    value = latent()
+    value[0, 5, 1, 2, 3] = bad
+    with pytest.raises(H3KitInputError, match="0 NaN and 1 Inf") as err:
+        guard_latent(value)
+    assert "F10" in err.value.fix
+
+
 @pytest.mark.parametrize(("value", "what"), [(torch.zeros(1, 128, 2, 6, 8), "all zeros"),
                                              (torch.full((1, 128, 2, 6, 8), 0.3), "constant")])
 def test_signal_free_latents_are_reported(value, what):

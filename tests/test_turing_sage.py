@@ -13,6 +13,7 @@ import dataclasses
 import importlib.util
 import logging
 import os
+from ast import literal_eval as literal
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_f08_block_sizes_are_the_quantizers_for_every_config(head_dim):
     tree = _sage_source(module)
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
     defaults = dict(zip([a.arg for a in node.args.args][-len(node.args.defaults):],
-                        [ast.literal_eval(d) for d in node.args.defaults], strict=True))
+                        [literal(d) for d in node.args.defaults], strict=True))
     assert (defaults["BLKQ"], defaults["BLKK"]) == QUANTIZER_BLOCKS == (st.QUANT_BLOCK_Q, st.QUANT_BLOCK_K)
     for config in (st.turing_safe_config(head_dim), st.package_default_config(head_dim, torch.float32),
                    st.choose_config((7, 5), head_dim, torch.float32), st.choose_config((9, 0), head_dim, torch.float16)):
@@ -120,6 +121,15 @@ def test_f08_quantizer_and_kernel_get_the_same_block_sizes(monkeypatch, head_dim
     ((grid, kwargs),) = fake.launches
     assert (kwargs["BLOCK_M"], kwargs["BLOCK_N"]) == QUANTIZER_BLOCKS
     assert grid[0] == 3  # ceil(300 / BLOCK_M 128)
+    assert kwargs["Out"].dtype == torch.float16  # README F07: fp16 output tile for an fp32 caller, cast after
+
+
+def test_f07_turing_safe_on_sm7x_only_the_package_launch_from_sm80():
+    for capability in ((7, 5), (7, 0)):
+        config = st.choose_config(capability, 128, torch.float32)
+        assert (config.name, config.num_stages, config.fp16_output) == ("turing-safe", 1, True)
+    for capability in ((8, 0), (8, 6), (9, 0), (12, 0)):
+        assert st.choose_config(capability, 128, torch.float32).name == "package-default"
 
 
 def test_grid_matches_each_kernels_program_ids():

@@ -36,13 +36,25 @@ function isWatched(output) {
     Object.values(output).some((node) => watched.test(String(node?.class_type ?? "")));
 }
 
-/** The server's report for an API graph, or null (with a toast) when the check itself could not run. */
-async function preflight(output) {
+/** {id: type} of the active nodes the frontend left out of the prompt because the server lacks their type. */
+function absentNodes(prompt) {
+  const output = prompt?.output ?? {};
+  const registered = globalThis.LiteGraph?.registered_node_types ?? {};
+  const absent = {};
+  for (const node of prompt?.workflow?.nodes ?? []) {
+    if (!(String(node.id) in output) && node.mode === 0 && !(node.type in registered)) absent[String(node.id)] = node.type;
+  }
+  return absent;
+}
+
+/** The server's report for a queued prompt ({output, workflow}), or null (with a toast) when the check
+ * itself could not run. */
+async function preflight(prompt) {
   try {
     const response = await api.fetchApi(ROUTE, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: output }),
+      body: JSON.stringify({ prompt: prompt.output, absent: absentNodes(prompt) }),
     });
     const body = await response.json();
     if (!response.ok) throw new Error(`${body.error ?? response.status}. ${body.fix ?? ""}`);
@@ -169,8 +181,8 @@ function failureKey(report) {
 }
 
 /** true: queue it; false: the user stopped it. */
-async function allowQueue(output) {
-  const report = await preflight(output);
+async function allowQueue(prompt) {
+  const report = await preflight(prompt);
   if (!report) return true;
   if (report.fail > 0) {
     const key = failureKey(report);
@@ -194,7 +206,7 @@ function installQueueGuard() {
   api.queuePrompt = async function (number, data, ...rest) {
     let queue = true;
     try {
-      if (settingEnabled() && isWatched(data?.output)) queue = await allowQueue(data.output);
+      if (settingEnabled() && isWatched(data?.output)) queue = await allowQueue(data);
     } catch (error) {
       console.error("[H3Kit] preflight failed; queueing without it", error);
     }
@@ -204,8 +216,7 @@ function installQueueGuard() {
 }
 
 async function checkThisGraph() {
-  const prompt = await app.graphToPrompt();
-  const report = await preflight(prompt.output);
+  const report = await preflight(await app.graphToPrompt());
   if (!report) return;
   if (report.fail || report.warn) await showReport(report, { canRun: false });
   else toast("success", "H3Kit preflight", `all ${report.pass} checks passed`, 5000);

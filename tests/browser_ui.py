@@ -1,0 +1,218 @@
+"""The ComfyUI graph editor as a user drives it, in headless Chromium through playwright (tier d).
+
+One `Editor` per page. Where frontends differ it branches on what the page itself says: its version
+(`window.__COMFYUI_FRONTEND_VERSION__`) or the presence of the newer UI's test ids. Known differences:
+- templates: 1.27 lists pack templates under "Custom Nodes" (PrimeVue listbox, `.template-card`); 1.58 under
+  "Extensions" (`[data-testid=template-workflow-<name>]`).
+- missing nodes: 1.27 opens a dialog listing them; 1.58 shows an "N issues found" overlay whose "View details"
+  opens the Issues tab (`[data-testid=error-group-missing-node]`), and loads what it can of an API file.
+- toasts: 1.27 PrimeVue `.p-toast-message-<severity>`; 1.58 `li[data-testid=toast][data-toast-kind]`.
+Playwright drives the system Chromium (never a downloaded one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+# window.app is a global in 1.27 and 1.58; 1.40 only exposes it as comfyAPI.app.app
+APP = "(window.app ?? window.comfyAPI?.app?.app)"
+READY = f"!!({APP} && {APP}.graph && window.LiteGraph && ({APP}.vueAppReady ?? true))"
+PREFLIGHT_DIALOG = "[data-testid=h3kit-preflight-dialog]"
+
+# In-page probes: the graph read back through the frontend's own serialisation; dialogs and error toasts
+# of either UI generation.
+PAGE_HELPERS = r"""
+window.app ??= window.comfyAPI.app.app;
+window.__h3 = {
+  graph() {
+    const data = app.graph.serialize();
+    return {
+      nodes: data.nodes.length,
+      links: data.links.length,
+      broken: app.graph.nodes.filter(n => n.has_errors).map(n => n.type),
+      types: data.nodes.map(n => n.type),
+    };
+  },
+  dialogs() {
+    return [...document.querySelectorAll('.p-dialog, [role=dialog]')]
+      .filter(d => d.offsetParent !== null && !d.matches('[data-testid=h3kit-preflight-dialog]'))
+      .map(d => d.innerText.trim());
+  },
+  errorToasts() {
+    const old = [...document.querySelectorAll('.p-toast-message-error, .p-toast-message-warn')];
+    const neu = [...document.querySelectorAll('li[data-testid=toast][data-state=open]')]
+      .filter(t => ['error', 'warning'].includes(t.dataset.toastKind));
+    return [...old, ...neu].map(t => t.innerText.trim());
+  },
+  closeAll() {
+    document.querySelectorAll('.p-toast-close-button').forEach(b => b.click());
+    app.extensionManager?.toast?.dismissAll?.();
+    document.querySelectorAll('.p-dialog .p-dialog-close-button, .p-dialog [aria-label="Close"]').forEach(b => b.click());
+    document.querySelector('.h3kit-preflight .h3kit-close')?.click();
+  },
+  drop(name, text) {
+    const file = new File([text], name, {type: 'application/json'});
+    const transfer = new DataTransfer();
+    transfer.items.add(file);
+    const target = app.canvasEl ?? document.querySelector('canvas');
+    target.dispatchEvent(new DragEvent('drop', {dataTransfer: transfer, bubbles: true, cancelable: true}));
+  },
+};
+true
+"""
+
+
+def find_chromium() -> str | None:
+    explicit = os.environ.get("H3KIT_CHROMIUM")
+    if explicit:
+        return explicit if Path(explicit).is_file() else None
+    return next((found for name in CHROMIUM_NAMES if (found := shutil.which(name))), None)
+
+
+def launch_chromium(playwright):
+    return playwright.chromium.launch(executable_path=find_chromium(),
+                                      args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+
+
+def parse_version(text: str | None) -> tuple[int, ...]:
+    return tuple(int(p) for p in (text or "0").split(".")[:3] if p.isdigit())
+
+
+class Editor:
+    def __init__(self, page, url: str):
+        self.page = page
+        self.url = url
+        self.requests: list[tuple[float, str, str]] = []  # (time, method, path) of every /api request
+        page.on("request", self._record)
+        self.page_errors: list[str] = []
+        page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
+        self.open()
+
+    def _record(self, request) -> None:
+        path = request.url.removeprefix(self.url)
+        if path.startswith("/api/") or path.startswith("/prompt"):
+            self.requests.append((time.monotonic(), request.method, path.split("?")[0]))
+
+    def open(self) -> None:
+        self.page.goto(self.url)
+        try:
+            self.page.wait_for_function(READY, timeout=180_000)
+        except Exception as exc:  # noqa: BLE001 - playwright's TimeoutError; say which frontend never came up
+            version = self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__ ?? 'unknown'")
+            raise AssertionError(f"frontend {version} at {self.url} did not finish loading within 180 s "
+                                 f"(app.graph never set); page errors: {self.page_errors[:3]}") from exc
+        self.page.evaluate(PAGE_HELPERS)
+        self.version = parse_version(self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__"))
+        self.page.keyboard.press("Escape")  # a first-run template dialog, if any
+
+    @property
+    def pack_section(self) -> str:
+        """Where the template browser lists custom-node templates."""
+        return "Extensions" if self.issues_panel else "Custom Nodes"
+
+    @property
+    def issues_panel(self) -> bool:
+        """The newer UI reports missing nodes in an Issues tab instead of a dialog."""
+        return self.version >= (1, 40)
+
+    def js(self, expression: str, arg=None):
+        return self.page.evaluate(expression, arg)
+
+    def start_clean(self) -> None:
+        self.js("__h3.closeAll(); app.graph.clear(); true")
+        self.page.wait_for_function("__h3.dialogs().length === 0", timeout=10_000)
+
+    def state(self) -> dict:
+        return self.js("({graph: __h3.graph(), dialogs: __h3.dialogs(), toasts: __h3.errorToasts()})")
+
+    def settle(self, expected_nodes: int | None, timeout_s: float = 30) -> dict:
+        """The probe once the graph has `expected_nodes` nodes (or a dialog/toast appeared)."""
+        deadline = time.monotonic() + timeout_s
+        state = self.state()
+        while time.monotonic() < deadline:
+            if state["graph"]["nodes"] == expected_nodes or state["dialogs"] or state["toasts"]:
+                self.page.wait_for_timeout(800)  # a report that follows the graph (missing nodes) renders
+                return self.state()
+            self.page.wait_for_timeout(250)
+            state = self.state()
+        return state
+
+    def load_workflow(self, workflow: dict) -> None:
+        self.js("wf => { app.loadGraphData(wf); return true }", workflow)
+
+    def drop(self, name: str, text: str) -> None:
+        self.js("([name, text]) => __h3.drop(name, text)", [name, text])
+
+    # ------------------------------------------------------------------ templates
+    def open_template(self, module: str, name: str) -> None:
+        """The user's path: Templates -> the pack's entry (Custom Nodes / Extensions) -> the template's card."""
+        self.js("() => { app.extensionManager.command.execute('Comfy.BrowseTemplates'); }")
+        entry = self.page.locator(".p-dialog li.p-listbox-option, [role=dialog] *, [data-reka-dialog-content] *") \
+            .get_by_text(module, exact=True).first
+        try:
+            entry.click(timeout=15_000)
+        except PlaywrightTimeout:  # the section that holds pack templates can open collapsed: expand it
+            self.page.get_by_text(self.pack_section, exact=True).first.click()
+            entry.click(timeout=15_000)
+        card = self.page.locator(f"[data-testid='template-workflow-{name}']")
+        if not card.count():
+            card = self.page.locator(".template-card").filter(
+                has=self.page.locator("h3", has_text=name)).filter(has_not_text=f"{name}_").first
+        card.scroll_into_view_if_needed(timeout=30_000)  # thumbnails load lazily, when the card is visible
+        card.locator("img").first.wait_for(timeout=20_000)
+        self.page.wait_for_function("img => img.complete && img.naturalWidth > 0",
+                                    arg=card.locator("img").first.element_handle(), timeout=20_000)
+        card.click()
+
+    # ------------------------------------------------------------------ what the frontend reports
+    def missing_node_report(self, state: dict) -> str:
+        """The text in which the frontend names missing nodes: the 1.27 dialog, or the newer Issues tab."""
+        if not self.issues_panel:
+            return "\n".join(state["dialogs"])
+        details = self.page.get_by_text("View details")
+        if not details.count():
+            return ""
+        details.first.click()
+        group = self.page.locator("[data-testid=error-group-missing-node]")
+        group.first.wait_for(timeout=10_000)
+        return "\n".join(group.all_inner_texts())
+
+    # ------------------------------------------------------------------ queueing and the preflight
+    def queue(self) -> float:
+        """Press Run (the QueuePrompt command) without waiting for it; the time it was pressed."""
+        pressed = time.monotonic()
+        self.js("() => { app.extensionManager.command.execute('Comfy.QueuePrompt'); }")
+        return pressed
+
+    def set_setting(self, setting_id: str, value) -> None:
+        self.js("([id, value]) => app.extensionManager.setting.set(id, value)", [setting_id, value])
+
+    def widgets(self, node_type: str, **values) -> None:
+        self.js("""([type, values]) => { const node = app.graph.nodes.find(n => n.type === type);
+            for (const [name, value] of Object.entries(values)) node.widgets.find(w => w.name === name).value = value;
+            return true }""", [node_type, values])
+
+    def posts(self, path: str, since: float = 0.0) -> list[float]:
+        return [t for t, method, p in self.requests if method == "POST" and p == path and t >= since]
+
+    def preflight_dialog(self):
+        return self.page.locator(PREFLIGHT_DIALOG)
+
+    def selected_node_ids(self) -> list[str]:
+        return self.js("Object.keys(app.canvas.selected_nodes ?? {})")
+
+    def screenshot(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(path))
+        return path
+
+
+def dumps(value) -> str:
+    return json.dumps(value, indent=1)[:3000]

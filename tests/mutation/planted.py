@@ -1,0 +1,115 @@
+"""The planted bugs (issue 16): each is one exact text replacement in one file, and the tests that must catch it.
+
+M01-M09 are the nine bugs that once passed the whole suite; the others guard the same promises from other sides.
+The old text must occur exactly once in its file (run_planted.py --check); when code moves, move the mutant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    summary: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    needs: str = ""  # "sage": its tests need sageattention 1.0.6 + Triton 3.2.0 (run_planted.py --sage-python)
+
+
+F01 = ("tests/test_latent_guard_f01.py", "tests/test_pipeline.py")
+SAGE = ("tests/test_turing_sage.py",)
+SPLICE = ("tests/test_effects.py",)
+LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/test_lowvram*.py")))
+RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
+RULES = ("tests/test_facts.py", "tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py",
+         "tests/test_pipeline.py")
+
+MUTANTS: list[Mutant] = [
+    # ------------------------------------------------------------------ the nine that used to pass
+    Mutant("M01", "F23 offline lint limit moved to 0.9", "checks/rules_lints.py",
+           "if sigmas[0] > facts.REPAINT_SIGMA_LIMIT:", "if sigmas[0] > 0.9:", RULES),
+    Mutant("M02", "F01 correlation uncentred (cosine)", "kernels/frames.py",
+           "    x = x - x.mean()\n    y = y - y.mean()\n", "", F01),
+    Mutant("M03", "F01 correlation abs()-ed", "kernels/frames.py",
+           "return float((x * y).sum()) / denom", "return abs(float((x * y).sum())) / denom", F01),
+    Mutant("M04", "LTX attention patch never splits heads", "kernels/chunked.py",
+           "    ranges = split_ranges(heads, groups)\n    state: dict[str, Any] = {\"out\": None, \"reason\": \"\"}\n\n"
+           "    def attend(v_group, h0, h1, out):",
+           "    ranges = split_ranges(heads, 1)\n    state: dict[str, Any] = {\"out\": None, \"reason\": \"\"}\n\n"
+           "    def attend(v_group, h0, h1, out):", LOWVRAM),
+    Mutant("M05", "H3 patch always builds the fused qkv, report still says per-group", "kernels/chunked.py",
+           "        out = None\n        for (h0, h1), parts in zip(ranges, slices, strict=True):",
+           "        state[\"fused\"] = F.linear(inp, weight, bias)\n        out = None\n"
+           "        for (h0, h1), parts in zip(ranges, slices, strict=True):", LOWVRAM),
+    Mutant("M06", "FFN chunked along the batch axis (B=1 never chunked)", "nodes/lowvram.py",
+           "dim = 0 if x.dim() == 2 else x.dim() - 2  #", "dim = 0  #", LOWVRAM),
+    Mutant("M07", "exit codes remapped (timeout 4, unreachable 3)", "checks/facts.py",
+           "EXIT_TIMEOUT = 3  # --timeout ran out (the job may still be running)\nEXIT_UNREACHABLE = 4",
+           "EXIT_TIMEOUT = 4  # --timeout ran out (the job may still be running)\nEXIT_UNREACHABLE = 3", RUN),
+    Mutant("M08", "fan-out returns the best job's code, not the worst", "checks/facts.py",
+           "return max(codes, default=EXIT_OK)", "return min(codes, default=EXIT_OK)", RUN),
+    Mutant("M09", "SageAttention launcher checks BLOCK_M but not BLOCK_N", "kernels/sage_turing.py",
+           "config.block_m != QUANT_BLOCK_Q or config.block_n != QUANT_BLOCK_K",
+           "config.block_m != QUANT_BLOCK_Q", SAGE, needs="sage"),
+    # ------------------------------------------------------------------ F01 / F10 guard
+    Mutant("M10", "F01 default min_correlation 0.5 -> 0.3 (node widget)", "nodes/pipeline.py",
+           '"min_correlation": ("FLOAT", {"default": 0.5,', '"min_correlation": ("FLOAT", {"default": 0.3,', F01),
+    Mutant("M11", "F01 default min_correlation 0.5 -> 0.3 (execute)", "nodes/pipeline.py",
+           'def execute(self, latent, mode="error", min_correlation=0.5, reference=None):',
+           'def execute(self, latent, mode="error", min_correlation=0.3, reference=None):', F01),
+    Mutant("M12", "F01 gate reads the audio stream instead of the video", "nodes/pipeline.py",
+           "if index == 0 and corr is not None and corr < threshold:",
+           "if index == 1 and corr is not None and corr < threshold:", F01),
+    Mutant("M13", "F10 guard ignores Inf", "nodes/pipeline.py",
+           "if stats.nan_count or stats.inf_count:", "if stats.nan_count:", F01),
+    Mutant("M14", "F23 limit (the one constant) moved to 0.9", "checks/facts.py",
+           "REPAINT_SIGMA_LIMIT = 0.8", "REPAINT_SIGMA_LIMIT = 0.9", RULES),
+    Mutant("M15", "sigma parser accepts an unordered list", "checks/facts.py",
+           "        if nxt >= prev:\n", "        if False:\n", RULES),
+    # ------------------------------------------------------------------ EffectSplice
+    Mutant("M16", "splice one token late", "nodes/effects.py",
+           "spliced = base.entries[:index] + [(row, 1.0) for row in rows] + base.entries[index:]",
+           "spliced = base.entries[:index + 1] + [(row, 1.0) for row in rows] + base.entries[index + 1:]", SPLICE),
+    Mutant("M17", "splice proof re-counts the list it built", "nodes/effects.py",
+           "expected = len(base.entries) + info.rows", "expected = len(spliced)", SPLICE),
+    Mutant("M18", "splice ignores strength", "nodes/effects.py",
+           'rows = load_effect_rows(node, "effect", info) * strength', 'rows = load_effect_rows(node, "effect", info)',
+           SPLICE),
+    Mutant("M19", "splice cross-check compares shapes only", "nodes/effects.py",
+           "not torch.allclose(host_rows, rows, rtol=1e-3, atol=1e-5)", "False", SPLICE),
+    # ------------------------------------------------------------------ SageAttention launcher
+    Mutant("M20", "quantizer gets BLOCK_M as its k block", "kernels/sage_turing.py",
+           "BLKK=config.block_n", "BLKK=config.block_m", SAGE, needs="sage"),
+    Mutant("M21", "Turing-safe config also chosen on sm_80", "kernels/sage_turing.py",
+           "if capability < (8, 0):", "if capability <= (8, 0):", SAGE, needs="sage"),
+    Mutant("M22", "Turing-safe config keeps the package's fp32 output tile", "kernels/sage_turing.py",
+           'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=True)',
+           'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=False)', SAGE, needs="sage"),
+    # ------------------------------------------------------------------ run
+    Mutant("M23", "a lost job exits 0", "scripts/run.py",
+           '    if outcome.state in ("lost", "refused"):\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
+           "        return EXIT_FAILED",
+           '    if outcome.state in ("lost", "refused"):\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
+           "        return EXIT_OK", RUN),
+    Mutant("M24", "failed output verification exits 0", "scripts/run.py",
+           "return EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK",
+           "return EXIT_OK", RUN),
+    # ------------------------------------------------------------------ low-VRAM arithmetic
+    Mutant("M25", "FFN chunk threshold off by one (== threshold skipped)", "nodes/lowvram.py",
+           "if tokens < self.seq_threshold:", "if tokens <= self.seq_threshold:", LOWVRAM),
+    Mutant("M26", "H3 attention patch never splits heads", "kernels/chunked.py",
+           "    ranges = split_ranges(heads, groups)\n    state: dict[str, Any] = {\"out\": None, \"reason\": \"\"}\n\n"
+           "    def attend(q, k, v, g):",
+           "    ranges = split_ranges(heads, 1)\n    state: dict[str, Any] = {\"out\": None, \"reason\": \"\"}\n\n"
+           "    def attend(q, k, v, g):", LOWVRAM),
+    Mutant("M27", "run's fan-out takes the best code at its own call site", "scripts/run.py",
+           "return worst_exit([*codes.values(), *([EXIT_FAILED] * len(missing))])",
+           "return min([*codes.values(), *([EXIT_FAILED] * len(missing))], default=EXIT_OK)", RUN),
+]
