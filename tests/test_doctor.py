@@ -331,7 +331,9 @@ def test_f12_kitchen_registry_without_nvfp4_gemm_warns():
 
 
 def test_old_kitchen_fails():
-    assert environment.kitchen_checks("0.2.26", None)[0].status == FAIL
+    # issue 17: judged against the ComfyUI that uses it (0.34 needs >= 0.2.31; unknown ComfyUI: a WARN)
+    assert environment.kitchen_checks("0.2.26", None, comfyui="0.34.0")[0].status == FAIL
+    assert environment.kitchen_checks("0.2.26", None)[0].status == WARN
 
 
 def test_server_torch_tag_cuda_major():
