@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from re import compile as regex
 from typing import Any
 
 from ..adapters.host import comfyui_version, parse_version
@@ -49,7 +50,7 @@ def cuda_major_from_torch_tag(torch_version: str) -> int | None:
 # --- what this machine is ------------------------------------------------------------------------
 
 PACK_ROOT = Path(__file__).resolve().parent.parent
-_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
+_VERSION_LINE = regex(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
 
 
 def local_comfyui_version(env: dict[str, str] | None = None) -> str | None:
