@@ -10,6 +10,7 @@ In the second form Python runs this file as a top-level script, so the clone is 
 import importlib
 import importlib.util
 import sys
+from importlib import import_module
 from pathlib import Path
 
 
@@ -22,11 +23,11 @@ def _load_clone_as_package():
     package = importlib.util.module_from_spec(spec)
     sys.modules["h3kit"] = package  # this clone wins over any other installed h3kit
     spec.loader.exec_module(package)
-    return importlib.import_module("h3kit.scripts.cli"), f"python {sys.argv[0]}"
+    return import_module("h3kit.scripts.cli"), f"python {sys.argv[0]}"
 
 
 if __package__:
-    cli, prog = importlib.import_module(".scripts.cli", __package__), "python -m h3kit"
+    cli, prog = import_module(".scripts.cli", __package__), "python -m h3kit"
 else:
     cli, prog = _load_clone_as_package()
 

@@ -22,6 +22,7 @@ import urllib.parse
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from re import compile as regex
 from typing import Any
 
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_UNREACHABLE
@@ -37,7 +38,7 @@ MAX_DOWNLOAD_BYTES = 16 * 1024**3  # one output file; run --max-download overrid
 MAX_WS_MESSAGE_BYTES = 8 * 1024 * 1024  # progress/status events are small; previews are binary and skipped
 MAX_REDIRECTS = 5
 CHUNK = 256 * 1024
-SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SAFE_ID = regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 REDIRECT_CODES = {301, 302, 303, 307, 308}
 
 
@@ -105,7 +106,7 @@ def safe_id(value: Any, what: str = "prompt_id") -> str:
                       "refusing to use it")
 
 
-_UNSAFE_NAME_CHARS = re.compile(r"[^\w .()+,=@\[\]-]")
+_UNSAFE_NAME_CHARS = regex(r"[^\w .()+,=@\[\]-]")
 
 
 def safe_basename(name: Any, what: str = "filename") -> str:

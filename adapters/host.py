@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 
@@ -20,7 +20,7 @@ class HostUnavailable(RuntimeError):
 def host_module(name: str) -> ModuleType:
     """Import a ComfyUI module (e.g. 'comfy.samplers', 'folder_paths') or explain that ComfyUI is absent."""
     try:
-        return importlib.import_module(name)
+        return import_module(name)
     except ImportError as exc:
         raise HostUnavailable(
             f"H3Kit needs ComfyUI's '{name}' module here, which could not be imported ({exc}). "

@@ -11,11 +11,13 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
+from re import compile as regex
 from typing import Any
 
-from ..adapters.host import parse_version
+from ..adapters.host import comfyui_version, parse_version
 from .facts import MIN_COMFYUI, MIN_KITCHEN, MIN_TORCH_CUDA_MAJOR, version_text
 from .problem import FAIL, PASS, WARN, Check
 
@@ -45,6 +47,47 @@ def cuda_major_from_torch_tag(torch_version: str) -> int | None:
     return int(match.group(1)) // 10 if match else None
 
 
+# --- what this machine is ------------------------------------------------------------------------
+
+PACK_ROOT = Path(__file__).resolve().parent.parent
+_VERSION_LINE = regex(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
+
+
+def local_comfyui_version(env: dict[str, str] | None = None) -> str | None:
+    """The ComfyUI this Python serves: the running one (inside ComfyUI), a pip-installed ComfyUI in this
+    environment (the installable fork: distribution 'comfyui'), else the checkout this clone sits in
+    (ComfyUI/custom_nodes/<pack>), else $COMFYUI_DIR; None when none is found."""
+    running = comfyui_version() or dist_version("comfyui")
+    if running:
+        return running
+    env = os.environ if env is None else env
+    candidates = [PACK_ROOT.parent.parent] if PACK_ROOT.parent.name == "custom_nodes" else []
+    candidates += [Path(env["COMFYUI_DIR"])] if env.get("COMFYUI_DIR") else []
+    for folder in candidates:
+        try:
+            match = _VERSION_LINE.search((folder / "comfyui_version.py").read_text(encoding="utf-8")[:4096])
+        except OSError:
+            continue
+        if match:
+            return match.group(1)
+    return None
+
+
+def needs_recent_kitchen(comfyui: str | None) -> bool | None:
+    """Whether that ComfyUI imports only with comfy-kitchen >= MIN_KITCHEN (ComfyUI >= MIN_COMFYUI, X07);
+    None when the ComfyUI is unknown."""
+    if not comfyui:
+        return None
+    parsed = parse_version(comfyui)
+    return None if not parsed else parsed >= MIN_COMFYUI
+
+
+def nvidia_driver_present() -> bool:
+    """An NVIDIA driver is installed (Linux /proc entry, or nvidia-smi on the PATH): the machine has a GPU
+    even when torch cannot see it."""
+    return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
+
+
 # --- local checks -------------------------------------------------------------------------------
 
 def check_python() -> Check:
@@ -52,8 +95,13 @@ def check_python() -> Check:
     return Check(PASS, "python", f"{version} ({sys.executable})")  # the package itself requires >= 3.10
 
 
-def torch_cuda_check(torch_version: str, cuda_version: str | None) -> Check:
+def torch_cuda_check(torch_version: str, cuda_version: str | None, gpu_machine: bool = True) -> Check:
+    """`gpu_machine` False: this machine has no NVIDIA GPU at all, so the CUDA build cannot matter here."""
     major = cuda_major(cuda_version)
+    if not gpu_machine:
+        build = f"CUDA {cuda_version} build" if major is not None else "CPU-only build"
+        return Check(PASS, "torch", f"{torch_version} ({build}; this machine has no NVIDIA GPU, so its CUDA build "
+                     "does not matter here: check the render machine with doctor there or --server)")
     if major is None:
         return Check(WARN, "torch", f"{torch_version} is a CPU-only build: nothing renders on a GPU here",
                      "on the render machine install a CUDA 13 build: pip install torch --index-url "
@@ -66,13 +114,13 @@ def torch_cuda_check(torch_version: str, cuda_version: str | None) -> Check:
     return Check(PASS, "torch", f"{torch_version}, CUDA {cuda_version} (>= 13: kitchen CUDA backend usable)")
 
 
-def check_torch() -> tuple[Check, Any]:
+def check_torch(gpu_machine: bool = True) -> tuple[Check, Any]:
     version = dist_version("torch")
     if version is None:
         return Check(FAIL, "torch", "not installed", "install the torch that ComfyUI uses"), None
     import torch  # the CLI may probe CUDA; importing the pack never does
 
-    return torch_cuda_check(torch.__version__, torch.version.cuda), torch
+    return torch_cuda_check(torch.__version__, torch.version.cuda, gpu_machine), torch
 
 
 def kitchen_registry_state(module: Any) -> dict[str, Any] | None:
@@ -108,20 +156,32 @@ def kitchen_registry_state(module: Any) -> dict[str, Any] | None:
     return state or None
 
 
-def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registry_note: str = "") -> list[Check]:
+def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registry_note: str = "",
+                   comfyui: str | None = None) -> list[Check]:
+    """`comfyui`: the version of the ComfyUI this environment serves (None: unknown). Only ComfyUI >= 0.34
+    needs kitchen >= 0.2.31; an older ComfyUI (or a fork such as 0.12.1) ships its own kitchen."""
+    need, wanted, newer = needs_recent_kitchen(comfyui), version_text(MIN_KITCHEN), version_text(MIN_COMFYUI)
     if version is None:
-        return [Check(WARN, "comfy-kitchen", f"not installed: ComfyUI >= {version_text(MIN_COMFYUI)} needs it for "
-                      "quantized (NVFP4/int8) weights",
-                      f"pip install comfy-kitchen=={version_text(MIN_KITCHEN)} in ComfyUI's environment")]
+        if need:
+            return [Check(WARN, "comfy-kitchen", f"not installed: ComfyUI {comfyui} needs it for quantized "
+                          "(NVFP4/int8) weights", f"pip install comfy-kitchen=={wanted} in ComfyUI's environment")]
+        return [Check(PASS, "comfy-kitchen", f"not installed (only ComfyUI >= {newer} needs it, for quantized "
+                      "weights)")]
     checks = []
-    if parse_version(version) < MIN_KITCHEN:
-        checks.append(Check(FAIL, "comfy-kitchen", f"{version} is older than {version_text(MIN_KITCHEN)}: ComfyUI {version_text(MIN_COMFYUI)} "
-                            "does not import with it "
-                            "(X07) and older stacks produce garbage two-stage refines (F01)",
-                            f"pip install comfy-kitchen=={version_text(MIN_KITCHEN)} (together with ComfyUI "
-                            f"{version_text(MIN_COMFYUI)})"))
-    else:
+    if parse_version(version) >= MIN_KITCHEN:
         checks.append(Check(PASS, "comfy-kitchen", version))
+    elif need:
+        checks.append(Check(FAIL, "comfy-kitchen", f"{version} is older than {wanted}: ComfyUI {comfyui} does not "
+                            "import with it (X07) and older stacks produce garbage two-stage refines (F01)",
+                            f"pip install comfy-kitchen=={wanted} (the version ComfyUI {newer} is tested with)"))
+    elif need is False:
+        checks.append(Check(PASS, "comfy-kitchen", f"{version} (what ComfyUI {comfyui} uses; ComfyUI >= {newer} "
+                            f"needs >= {wanted}: update both together)"))
+    else:
+        checks.append(Check(WARN, "comfy-kitchen", f"{version}: ComfyUI >= {newer} needs >= {wanted} (X07, F01); "
+                            "which ComfyUI uses this Python is unknown here",
+                            "run doctor with ComfyUI's Python from its folder (python custom_nodes/H3Kit doctor), "
+                            "or pass --server"))
     if registry is None:
         if registry_note:
             checks.append(Check(WARN, "kitchen registry", registry_note,
@@ -141,22 +201,28 @@ def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registr
     return checks
 
 
-def check_kitchen() -> list[Check]:
+def check_kitchen(comfyui: str | None = None) -> list[Check]:
     version = dist_version("comfy-kitchen", "comfy_kitchen", "comfy-kitchen-no-cuda")
     if version is None or importlib.util.find_spec("comfy_kitchen") is None:
-        return kitchen_checks(version, None)
+        return kitchen_checks(version, None, comfyui=comfyui)
     try:
         import comfy_kitchen
     except Exception as exc:  # noqa: BLE001 - any import failure is the finding (F36)
-        return kitchen_checks(version, None, f"comfy_kitchen does not import: {type(exc).__name__}: {exc} (F36)")
+        return kitchen_checks(version, None, f"comfy_kitchen does not import: {type(exc).__name__}: {exc} (F36)",
+                              comfyui)
     state = kitchen_registry_state(comfy_kitchen)
     note = "" if state else "comfy_kitchen.registry has no API this doctor recognises; registry not read"
-    return kitchen_checks(version, state, note)
+    return kitchen_checks(version, state, note, comfyui)
 
 
-def gpu_check(capability: tuple[int, int] | None, name: str = "", bf16: bool | None = None) -> Check:
+def gpu_check(capability: tuple[int, int] | None, name: str = "", bf16: bool | None = None,
+              gpu_machine: bool = True) -> Check:
+    if capability is None and not gpu_machine:
+        return Check(PASS, "gpu", "none on this machine (no NVIDIA driver): GPU, CUDA-build and SageAttention "
+                     "checks do not apply here; run doctor on the render machine, or use --server")
     if capability is None:
-        return Check(WARN, "gpu", "no CUDA GPU visible to torch", "render on a machine with an NVIDIA GPU (CUDA 13 driver)")
+        return Check(WARN, "gpu", "an NVIDIA driver is installed but torch sees no CUDA GPU",
+                     "check CUDA_VISIBLE_DEVICES and nvidia-smi, and that ComfyUI's torch is a CUDA build")
     sm = f"sm_{capability[0]}{capability[1]}"
     if bf16 is None:
         bf16 = capability >= (8, 0)
@@ -205,19 +271,30 @@ def triton_check(env: dict[str, str] | None = None) -> Check:
     return Check(PASS, "triton", f"{version}; {where}. After editing a kernel file clear this folder and __pycache__ (F09)")
 
 
-def local_checks() -> list[Check]:
+def local_checks(comfyui: str | None = None) -> list[Check]:
+    """This machine, judged for what matters on it: CUDA-build and GPU checks only where there is a GPU,
+    kitchen against the ComfyUI this Python serves (`comfyui`, default: the one found by
+    local_comfyui_version)."""
+    comfyui = comfyui or local_comfyui_version()
     checks = [check_python()]
-    torch_check, torch = check_torch()
+    has_torch = dist_version("torch") is not None
+    torch_sees_gpu = False
+    if has_torch:
+        import torch
+
+        torch_sees_gpu = torch.cuda.is_available()
+    gpu_machine = torch_sees_gpu or nvidia_driver_present()
+    torch_check, torch = check_torch(gpu_machine)
     checks.append(torch_check)
-    checks += check_kitchen()
+    checks += check_kitchen(comfyui)
     capability, torch_cuda = None, None
     if torch is not None:
         torch_cuda = cuda_major(torch.version.cuda)
-        if torch.cuda.is_available():
+        if torch_sees_gpu:
             capability = tuple(torch.cuda.get_device_capability(0))
             checks.append(gpu_check(capability, torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported()))
         else:
-            checks.append(gpu_check(None))
+            checks.append(gpu_check(None, gpu_machine=gpu_machine))
     checks += sage_checks(dist_version("sageattention"), dist_version("sageattn3"), capability, torch_cuda)
     checks.append(triton_check())
     return checks

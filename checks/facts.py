@@ -9,7 +9,7 @@ host-api.md (§1, §4 the H3 text width).
 from __future__ import annotations
 
 import math
-import re
+from re import compile as regex
 
 # ------------------------------------------------------------------------------------------ frame grids
 H3_LENGTH_MIN = 5
@@ -128,7 +128,7 @@ class SigmaError(ValueError):
     """A sigma list that cannot be used; the message says why."""
 
 
-_SIGMA_SEPARATORS = re.compile(r"[,;\s]+|->|→")
+_SIGMA_SEPARATORS = regex(r"[,;\s]+|->|→")
 MAX_SIGMA_TEXT = 4096  # characters; a schedule is a handful of numbers
 
 

@@ -7,9 +7,9 @@ preflight node passes one over folder_paths). Headers are read by adapters/safet
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from re import compile as regex
 from typing import Any
 
 from ..adapters.safetensors_file import SafetensorsHeaderError as HeaderError
@@ -96,7 +96,7 @@ def header_problems(nid: str, ct: str, name: str, folder: str, path: Path) -> li
     return []
 
 
-EMBEDDING_NAME = re.compile(r"(?<![^\s])embedding:([^\s<\[,]+)")
+EMBEDDING_NAME = regex(r"(?<![^\s])embedding:([^\s<\[,]+)")
 H3_PROMPT_NODES = {"MiniMaxH3ImageToVideo": "prompt", "MiniMaxH3ReferenceToVideo": "prompt"}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from re import compile as regex
 from typing import Any
 
 from . import facts
@@ -171,8 +172,8 @@ def lint_effect_marker_position(graph: dict, schemas: dict) -> list[Problem]:
 
 LORA_FAMILIES = (
     # (family, lora-name pattern, expected sampler prefix)
-    ("lightx2v", re.compile(r"lightx2v|turbo_4step|fl2v_turbo", re.I), "res_multistep"),
-    ("PDD", re.compile(r"(^|[^a-z])pdd([^a-z]|$)", re.I), "euler"),
+    ("lightx2v", regex(r"lightx2v|turbo_4step|fl2v_turbo", re.I), "res_multistep"),
+    ("PDD", regex(r"(^|[^a-z])pdd([^a-z]|$)", re.I), "euler"),
 )
 
 

@@ -29,12 +29,83 @@ def _side_problems(graph, node_id, node, names, multiple, why) -> list[Problem]:
     return problems
 
 
+SIDES = (("width", "target_width"), ("height", "target_height"))  # (H3 draft input, handoff input)
+
+
+def handoff_drafts(graph: dict) -> list[tuple[str, dict, str, dict]]:
+    """(handoff id, handoff node, draft id, draft node) for each H3 latent node feeding an H3KitDraftToLTX."""
+    pairs = []
+    for node_id, node in nodes_of(graph, HANDOFF):
+        for src_id in upstream_nodes(graph, inputs_of(node).get("frames")):
+            if graph[src_id].get("class_type") in H3_LATENT_NODES:
+                pairs.append((node_id, node, src_id, graph[src_id]))
+    return pairs
+
+
+def _draft_side_problems(graph: dict, node_id: str, node: dict) -> list[Problem]:
+    """H3 draft sides on the 32 grid (F19). The fix also fits the handoff this draft feeds: the draft must be
+    exactly half its target, so a valid target decides the draft side; otherwise each choice names its target."""
+    problems = []
+    targets = [(hid, h) for hid, h, sid, _ in handoff_drafts(graph) if sid == node_id]
+    for draft_name, target_name in SIDES:
+        value = int_input(graph, node, draft_name)
+        if value is None or value % pm.H3_SIDE_MULTIPLE == 0:
+            continue
+        below, above = pm.nearest_multiples(value, pm.H3_SIDE_MULTIPLE)
+        fix = f"use {pm.describe_nearest(value, pm.H3_SIDE_MULTIPLE)}"
+        for handoff_id, handoff in targets[:1]:
+            target = int_input(graph, handoff, target_name)
+            if target is not None and target % pm.OUTPUT_SIDE_MULTIPLE == 0:
+                fix = f"use {target // 2} (half of H3KitDraftToLTX node {handoff_id}'s {target_name} {target})"
+            else:
+                choices = [f"{v} (then {target_name} {2 * v} on H3KitDraftToLTX node {handoff_id})"
+                           for v in dict.fromkeys((below, above))]
+                fix = "use " + " or ".join(choices)
+        problems.append(Problem(node_id, node["class_type"], draft_name, value,
+                                f"{draft_name} {value} is not a multiple of {pm.H3_SIDE_MULTIPLE} (H3's latent floors "
+                                "other sizes silently, F19)", fix))
+    return problems
+
+
+def _target_side_problems(graph: dict, node_id: str, node: dict) -> list[Problem]:
+    """The handoff target: a multiple of 64 and, when an H3 draft feeds it, exactly twice the draft side (the
+    draft is then not resampled and both latent grids line up). One problem per input, with the one fix that
+    satisfies every rule; an off-grid draft is reported on the draft instead (its fix names this target)."""
+    problems = []
+    drafts = [(sid, s) for hid, _, sid, s in handoff_drafts(graph) if hid == node_id]
+    for draft_name, target_name in SIDES:
+        target = int_input(graph, node, target_name)
+        if target is None:
+            continue
+        draft = int_input(graph, drafts[0][1], draft_name) if drafts else None
+        if draft is not None and draft % pm.H3_SIDE_MULTIPLE:
+            if target % pm.OUTPUT_SIDE_MULTIPLE:  # the draft's fix (reported on the draft) decides this one
+                below, above = pm.nearest_multiples(draft, pm.H3_SIDE_MULTIPLE)
+                problems.append(Problem(node_id, HANDOFF, target_name, target,
+                                        f"{target_name} {target} must be twice the H3 draft's {draft_name}, which "
+                                        f"is off its grid too (node {drafts[0][0]})",
+                                        " or ".join(f"use {2 * v} with draft {draft_name} {v}"
+                                                    for v in dict.fromkeys((below, above)))))
+            continue
+        if draft is not None and target != 2 * draft:
+            problems.append(Problem(node_id, HANDOFF, target_name, target,
+                                    f"{target_name} {target} must be exactly twice the H3 draft's {draft_name} {draft} "
+                                    f"(node {drafts[0][0]}): otherwise the handoff resamples and the latent grids do "
+                                    "not line up", f"use {2 * draft}"))
+        elif draft is None and target % pm.OUTPUT_SIDE_MULTIPLE:
+            problems.append(Problem(node_id, HANDOFF, target_name, target,
+                                    f"{target_name} {target} is not a multiple of {pm.OUTPUT_SIDE_MULTIPLE} (LTX "
+                                    f"VAE-encodes half of it, which must be a multiple of {pm.LTX_SIDE_MULTIPLE})",
+                                    f"use {pm.describe_nearest(target, pm.OUTPUT_SIDE_MULTIPLE)}"))
+    return problems
+
+
 def lint_sizes_and_lengths(graph: dict, schemas: dict) -> list[Problem]:
-    """H3 sides on 32 and length on 17k+5 (F19, F20); LTX sides on 32 and length on 8n+1; handoff target on 64."""
+    """H3 sides on 32 and length on 17k+5 (F19, F20); LTX sides on 32 and length on 8n+1; the handoff target
+    on 64 and exactly twice the draft it is fed."""
     problems: list[Problem] = []
     for node_id, node in nodes_of(graph, *H3_LATENT_NODES):
-        problems += _side_problems(graph, node_id, node, ("width", "height"), pm.H3_SIDE_MULTIPLE,
-                                   "H3's latent floors other sizes silently, F19")
+        problems += _draft_side_problems(graph, node_id, node)
         length = int_input(graph, node, "length")
         if length is not None and not pm.is_h3_length(length):
             below, above = pm.nearest_h3_lengths(length)
@@ -53,36 +124,23 @@ def lint_sizes_and_lengths(graph: dict, schemas: dict) -> list[Problem]:
                                     f"{length} frames is not on LTX's 8n+1 grid",
                                     f"use {pm.ltx_trim_length(length)} or {pm.ltx_pad_length(length)}"))
     for node_id, node in nodes_of(graph, HANDOFF):
-        problems += _side_problems(graph, node_id, node, ("target_width", "target_height"), pm.OUTPUT_SIDE_MULTIPLE,
-                                   "LTX VAE-encodes half of it, which must be a multiple of 32")
+        problems += _target_side_problems(graph, node_id, node)
     return problems
 
 
 # --------------------------------------------------------------------------------- draft vs output grid
 def lint_two_stage_grid(graph: dict, schemas: dict) -> list[Problem]:
-    """For each H3KitDraftToLTX fed by an H3 draft: draft exactly half the output, and strict needs 8n+1 frames."""
+    """For each H3KitDraftToLTX fed by an H3 draft, strict needs 8n+1 frames (sizes: lint_sizes_and_lengths)."""
     problems: list[Problem] = []
-    for node_id, node in nodes_of(graph, HANDOFF):
-        target = (int_input(graph, node, "target_width"), int_input(graph, node, "target_height"))
+    for node_id, node, src_id, src in handoff_drafts(graph):
         policy = resolve(graph, inputs_of(node).get("frame_policy", UNKNOWN))
-        for src_id in upstream_nodes(graph, inputs_of(node).get("frames")):
-            src = graph[src_id]
-            if src.get("class_type") not in H3_LATENT_NODES:
-                continue
-            draft = (int_input(graph, src, "width"), int_input(graph, src, "height"))
-            if None not in draft and None not in target and (draft[0] * 2, draft[1] * 2) != target:
-                problems.append(Problem(
-                    node_id, HANDOFF, "target_width", f"{target[0]}x{target[1]}",
-                    f"the output {target[0]}x{target[1]} is not exactly twice the H3 draft {draft[0]}x{draft[1]} "
-                    f"(node {src_id}): the handoff would resample and the latent grids would not line up",
-                    f"set target {draft[0] * 2}x{draft[1] * 2}, or draft at {target[0] // 2}x{target[1] // 2}"))
-            length = int_input(graph, src, "length")
-            if policy == "strict" and length is not None and not pm.is_ltx_length(length):
-                problems.append(Problem(
-                    node_id, HANDOFF, "frame_policy", policy,
-                    f"the H3 draft (node {src_id}) has {length} frames, not 8n+1, so strict fails at run time",
-                    "use frame_policy trim_to_8n_plus_1 (keeps "
-                    f"{pm.ltx_trim_length(length)}) or an H3 length that is also 8n+1 (73, 209, 345)"))
+        length = int_input(graph, src, "length")
+        if policy == "strict" and length is not None and not pm.is_ltx_length(length):
+            problems.append(Problem(
+                node_id, HANDOFF, "frame_policy", policy,
+                f"the H3 draft (node {src_id}) has {length} frames, not 8n+1, so strict fails at run time",
+                "use frame_policy trim_to_8n_plus_1 (keeps "
+                f"{pm.ltx_trim_length(length)}) or an H3 length that is also 8n+1 (73, 209, 345)"))
     return problems
 
 

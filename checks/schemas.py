@@ -6,8 +6,9 @@ caller, who has imported the nodes: checks/ never imports nodes/), or a live ser
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ WORKFLOWS_DIR = PACK_ROOT / "workflows"
 API_WORKFLOWS_DIR = WORKFLOWS_DIR / "api"
 CORE_SCHEMA_FILE = WORKFLOWS_DIR / "schemas" / "comfyui-core.json"
 H3KIT_PACK = "H3Kit (this pack)"
+SPELLING_CUTOFF = 0.85  # difflib ratio for "did you mean": one or two letters off in a node id
 
 # Nodes that published H3/LTX graphs use but neither core nor H3Kit provides: who provides them.
 KNOWN_THIRD_PARTY = {
@@ -65,17 +67,51 @@ def offline_schemas(pack_classes: Mapping[str, type]) -> dict[str, dict[str, Any
     return {**core_document()["nodes"], **own}
 
 
-def providing_pack(class_type: str, disabled: Mapping[str, Sequence[str]] | None = None) -> str | None:
+def providing_pack(class_type: str, disabled: Mapping[str, Sequence[str]] | None = None,
+                   own_ids: Collection[str] | None = None) -> str | None:
     """Which pack provides a node this host lacks, when we know it. `disabled`: {package: [H3Kit node ids]}
-    for H3Kit nodes left out because an optional package is missing."""
+    for H3Kit nodes left out because an optional package is missing; `own_ids`: every H3Kit node id (when
+    given, an H3Kit-looking id that is not one of them is a typo, not "install H3Kit")."""
     if class_type.startswith("H3Kit"):
         missing = [pkg for pkg, node_ids in (disabled or {}).items() if class_type in node_ids]
         if missing:
             return (f"the optional package(s) {', '.join(missing)} that H3Kit's {class_type} needs "
                     f"(pip install {' '.join(missing)})")
+        if own_ids is not None and class_type not in own_ids:
+            return None
         return H3KIT_PACK
     core = core_document()["nodes"].get(class_type)
     if core is not None:
         pack = core.get("pack", "core")
         return f"ComfyUI core >= {core['since']}" if pack == "core" and core.get("since") else pack
     return KNOWN_THIRD_PARTY.get(class_type)
+
+
+def core_since(class_type: str) -> str | None:
+    """The ComfyUI core version that brought this node (pinned schemas), or None when it is not core or older."""
+    info = core_document()["nodes"].get(class_type)
+    return info.get("since") if info and info.get("pack", "core") == "core" else None
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """The one close spelling among `candidates` (difflib ratio >= SPELLING_CUTOFF), or None."""
+    close = difflib.get_close_matches(name, sorted({c for c in candidates if c != name}), n=1, cutoff=SPELLING_CUTOFF)
+    return close[0] if close else None
+
+
+def unknown_node_advice(class_type: str, pack: str | None, candidates: Iterable[str]) -> tuple[str, str]:
+    """(what is wrong, the fix) for a class_type this host does not have, as one message: a core node this
+    ComfyUI is too old for, a pack to install, or a misspelling of a node that exists."""
+    since = core_since(class_type)
+    if since:
+        return (f"'{class_type}' is a ComfyUI core node this ComfyUI does not have: this ComfyUI is older than "
+                f"the workflow (ComfyUI core >= {since})", f"update ComfyUI to >= {since}")
+    if pack:
+        return f"'{class_type}' is not registered on this host", f"install {pack}, then restart ComfyUI"
+    known = {*candidates, *core_document()["nodes"], *KNOWN_THIRD_PARTY}
+    suggestion = did_you_mean(class_type, known)
+    if suggestion:
+        return (f"no node is called '{class_type}' (did you mean '{suggestion}')",
+                f"set class_type to '{suggestion}'")
+    return (f"'{class_type}' is not a node type this host knows",
+            "install the custom node pack that provides it, or fix the name")

@@ -8,16 +8,17 @@ id, class_type, input, value and the fix. Pure: the schemas come in as a dict.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from ..adapters import bounded_json
 from .facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
 from .graph import input_kind, inputs_of, is_link, node_shape_problem, well_formed
-from .problem import Problem, has_errors
+from .problem import ERROR, Problem, has_errors
 from .rules import RULES
-from .schemas import providing_pack
+from .rules_files import MODEL_INPUT_FOLDERS
+from .schemas import core_document, providing_pack, unknown_node_advice
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 PackLookup = Callable[[str], "str | None"]
@@ -60,7 +61,8 @@ def _nearest_on_step(value: float, lo: float, step: float) -> tuple[float, float
     return below, below + step
 
 
-def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any) -> list[Problem]:
+def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folder: str | None = None) -> list[Problem]:
+    """`folder`: the models/ folder this input names a file of (a loader), when known."""
     kind, opts = input_kind(spec)
     bad = []
 
@@ -101,8 +103,14 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any) -> li
                 problem("the file name contains NUL or control characters, which no file name has",
                         f"choose the file from the '{where}' folder's list")
         elif value not in opts.get("options", []):
-            choices = ", ".join(map(str, opts.get("options", [])[:12]))
-            problem("not one of the allowed options", f"choose one of: {choices}")
+            options = [str(o) for o in opts.get("options", [])]
+            if folder:
+                listed = f"it has {len(options)} there: {', '.join(options)}" if options else "that folder is empty"
+                problem(f"'{value}' is not in this server's models/{folder} ({listed})",
+                        f"put {value} in models/{folder} (expected on this server), then press R in ComfyUI or "
+                        "restart it")
+            else:
+                problem("not one of the allowed options", f"choose one of: {', '.join(options)}")
     return bad
 
 
@@ -160,9 +168,13 @@ def looks_like_ui_format(doc: Any) -> bool:
     return isinstance(doc, dict) and "nodes" in doc and "links" in doc
 
 
-def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = providing_pack) -> list[Problem]:
+def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = providing_pack,
+                   known_ids: Collection[str] = ()) -> list[Problem]:
     """Every problem ComfyUI's /prompt would reject, found offline. `pack_of(class_type)` names who
-    provides a node the schemas lack (the CLI passes one that knows H3Kit's disabled optional nodes)."""
+    provides a node the schemas lack (the CLI passes one that knows H3Kit's disabled optional nodes);
+    `known_ids`: more node ids a misspelt class_type may have meant (H3Kit's own, when the schemas are a
+    server's). Problems that only this host's older core schemas cause are reported once per node as a
+    core-version difference (`core_version_differences`)."""
     if looks_like_ui_format(graph):
         return [Problem("-", "-", None, None, "this is a UI-format (litegraph) workflow, not API format",
                         "export it with 'Save (API)' / 'Export (API)' in ComfyUI, or use the file from workflows/api/")]
@@ -179,12 +191,13 @@ def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = p
         ct = node["class_type"]
         info = schemas.get(ct)
         if info is None:
-            pack = pack_of(ct)
-            fix = f"install {pack}" if pack else "install the custom node pack that provides it, or fix the name"
-            problems.append(Problem(str(node_id), ct, None, None, "unknown node type on this host", fix))
+            message, fix = unknown_node_advice(ct, pack_of(ct), [*schemas, *known_ids])
+            problems.append(Problem(str(node_id), ct, None, None, f"unknown node type on this host: {message}", fix))
             continue
         has_output = has_output or bool(info.get("output_node"))
-        problems += _node_problems(graph, schemas, str(node_id), ct, info, node.get("inputs", {}))
+        problems += core_version_differences(graph, schemas, str(node_id), ct, node.get("inputs", {}),
+                                             _node_problems(graph, schemas, str(node_id), ct, info,
+                                                            node.get("inputs", {})))
     if not has_output:
         problems.append(Problem("-", "-", None, None, "graph has no output node, so ComfyUI runs nothing",
                                 "add an output node such as SaveVideo, SaveImage or PreviewImage"))
@@ -213,20 +226,70 @@ def _node_problems(graph: dict, schemas: dict, node_id: str, ct: str, info: dict
         if is_link(value):
             problems.extend(_check_link(graph, schemas, node_id, ct, name, spec, value))
         elif input_kind(spec)[0] in WIDGET_TYPES:
-            problems.extend(check_widget(node_id, ct, name, spec, value))
+            folder = MODEL_INPUT_FOLDERS.get((ct, name)) or input_kind(spec)[1].get("model_folder")
+            problems.extend(check_widget(node_id, ct, name, spec, value, folder))
         else:
             problems.append(Problem(node_id, ct, name, value, f"{input_kind(spec)[0]} must come from a link",
                                     "connect it to a node output ([node_id, output_index])"))
     return problems
 
 
-def validate_with_rules(graph: Any, schemas: dict, pack_of: PackLookup = providing_pack) -> list[Problem]:
-    """Schema validation, then (when it found no error) the pipeline rules of checks.rules.RULES."""
-    problems = validate_graph(graph, schemas, pack_of)
-    if not has_errors(problems):
-        for rule in RULES:
-            problems.extend(rule(well_formed(graph), schemas))
-    return problems
+def core_version_differences(graph: dict, schemas: dict, node_id: str, ct: str, inputs: dict,
+                             problems: list[Problem]) -> list[Problem]:
+    """Problems of a core node that the pinned ComfyUI schemas (0.34) would not raise come from this host's
+    older core, not from the workflow: they become ONE problem naming the difference and the update."""
+    pinned_doc = core_document()
+    pinned = pinned_doc["nodes"].get(ct)
+    if not problems or pinned is None or pinned.get("pack", "core") != "core" or schemas.get(ct) is pinned:
+        return problems
+    pinned_keys = {p.input for p in _node_problems(graph, {**schemas, ct: pinned}, node_id, ct, pinned, inputs)}
+    # a model file the server lacks is the user's to add, whatever the version: never a core difference
+    differences = [p for p in problems if p.input not in pinned_keys and (ct, p.input) not in MODEL_INPUT_FOLDERS]
+    if not differences:
+        return problems
+    newer = pinned_doc.get("comfyui_version", "0.34.0")
+    host = declared_inputs(schemas[ct])
+    nested = [name for name in inputs if "." in name and name not in host and name.split(".", 1)[1] in host]
+    if nested:
+        parent, child = nested[0].split(".", 1)
+        message = (f"this ComfyUI's {ct} takes {parent} + {child} as separate inputs; the workflow uses the "
+                   f"ComfyUI >= {newer} layout ('{nested[0]}'), a core-version difference")
+        fix = f"update ComfyUI to >= {newer}, or for this ComfyUI rename input '{nested[0]}' to '{child}'"
+        where = nested[0]
+    else:
+        parts = [_difference_text(p, inputs) for p in differences]
+        message = (f"this ComfyUI's {ct} {'; '.join(parts)}, which ComfyUI {newer} accepts: this ComfyUI is older "
+                   "than the workflow")
+        fix = f"update ComfyUI to >= {newer}"
+        where = differences[0].input
+    severity = ERROR if has_errors(differences) else differences[0].severity
+    kept = [p for p in problems if p not in differences]
+    return kept + [Problem(node_id, ct, where, inputs.get(where), message, fix, severity)]
+
+
+def _difference_text(problem: Problem, inputs: dict) -> str:
+    if problem.input not in inputs:
+        return f"needs an input '{problem.input}' the workflow does not set"
+    if "not declared" in problem.message:
+        return f"has no input '{problem.input}'"
+    return f"does not take {problem.input} = {inputs[problem.input]!r}"
+
+
+def supersede(schema_problems: list[Problem], rule_problems: list[Problem]) -> list[Problem]:
+    """One message per problem: a rule that judged the same node input with the whole graph in view
+    (e.g. the handoff width against the draft) replaces the schema's narrower verdict on it."""
+    judged = {(p.node_id, p.input) for p in rule_problems if p.input is not None}
+    return [p for p in schema_problems if (p.node_id, p.input) not in judged] + rule_problems
+
+
+def validate_with_rules(graph: Any, schemas: dict, pack_of: PackLookup = providing_pack,
+                        known_ids: Collection[str] = ()) -> list[Problem]:
+    """Schema validation and the pipeline rules of checks.rules.RULES, judged together (`supersede`);
+    the rules run unless the file is not an API graph at all."""
+    problems = validate_graph(graph, schemas, pack_of, known_ids)
+    if looks_like_ui_format(graph) or not isinstance(graph, dict) or not graph:
+        return problems
+    return supersede(problems, [p for rule in RULES for p in rule(well_formed(graph), schemas)])
 
 
 def parse_graph_json(data: str | bytes, what: str) -> Any:
@@ -261,6 +324,7 @@ def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
         return None, Problem("-", "-", None, None, str(exc), fix)
 
 
-def validate_file(path: Path, schemas: dict, pack_of: PackLookup = providing_pack) -> list[Problem]:
+def validate_file(path: Path, schemas: dict, pack_of: PackLookup = providing_pack,
+                  known_ids: Collection[str] = ()) -> list[Problem]:
     doc, error = load_graph_file(path)
-    return [error] if error else validate_with_rules(doc, schemas, pack_of)
+    return [error] if error else validate_with_rules(doc, schemas, pack_of, known_ids)

@@ -14,7 +14,7 @@ from .rules import RULES
 from .rules_files import model_inputs, safetensors_lint
 from .schemas import providing_pack
 from .server import Disabled, missing_node_checks
-from .validator import PackLookup, load_graph_file, looks_like_ui_format, validate_graph
+from .validator import PackLookup, load_graph_file, looks_like_ui_format, supersede, validate_graph
 
 Locate = Callable[[str, str], "Path | None"]
 
@@ -30,12 +30,13 @@ def default_models_dir(env: dict[str, str] | None = None) -> Path | None:
 
 def workflow_checks(graph: Any, schemas: dict, locate: Locate | None,
                     skip_inputs: Iterable[tuple[str, str]] = frozenset(), on_server: bool = False,
-                    schema_check: bool = True, pack_of: PackLookup = providing_pack) -> list[Check]:
+                    schema_check: bool = True, pack_of: PackLookup = providing_pack,
+                    known_ids: Iterable[str] = ()) -> list[Check]:
     """Schema validation, every rule of checks.rules.RULES and, with `locate`, safetensors headers.
 
     schema_check=False when the host already validated the graph (the preflight node's own graph).
     """
-    problems = validate_graph(graph, schemas, pack_of) if schema_check else []
+    problems = validate_graph(graph, schemas, pack_of, set(known_ids)) if schema_check else []
     if looks_like_ui_format(graph) or not isinstance(graph, dict):
         return [problem_check(p) for p in problems]
     # With a server, missing nodes (F35) and model files are checked on their own with clearer messages.
@@ -44,8 +45,7 @@ def workflow_checks(graph: Any, schemas: dict, locate: Locate | None,
                 and not (on_server and "unknown node type" in p.message)]
     rules = list(RULES) + ([safetensors_lint(locate)] if locate is not None else [])
     shaped = well_formed(graph)  # malformed nodes were reported by validate_graph; rules see the rest
-    for rule in rules:
-        problems += rule(shaped, schemas)
+    problems = supersede(problems, [p for rule in rules for p in rule(shaped, schemas)])
     checks = [problem_check(p) for p in problems]
     if not checks:
         checks.append(Check(PASS, "workflow", f"{len(graph)} nodes: schema checks and lints found nothing"))
@@ -65,7 +65,8 @@ def load_graph(path: Path) -> tuple[Any, Check | None]:
 def missing_file_checks(graph: dict, schemas: dict, locate: Locate) -> list[Check]:
     """Model files the graph names that are not in this host's model folders."""
     return [Check(FAIL, "model files", f"node {nid} ({ct}) {name} = '{filename}' is not in models/{folder}",
-                  f"put the file into ComfyUI/models/{folder}/ and refresh", node_id=nid, input=name)
+                  f"put {filename} in models/{folder} (expected on this ComfyUI), then press R or restart",
+                  node_id=nid, input=name)
             for nid, ct, name, folder, filename in model_inputs(graph, schemas) if locate(folder, filename) is None]
 
 
@@ -79,7 +80,8 @@ def preflight_checks(graph: dict, schemas: dict, locate: Locate | None, availabl
     graph = {nid: n for nid, n in graph.items() if not (isinstance(n, dict) and n.get("class_type") == ignore)}
     available = None if available_nodes is None else set(available_nodes)
     shaped = well_formed(graph)  # malformed nodes are reported by workflow_checks' schema check
-    checks = missing_node_checks(shaped, available, disabled) if schema_check and available is not None else []
+    checks = (missing_node_checks(shaped, available, disabled, pack_of)
+              if schema_check and available is not None else [])
     checks += workflow_checks(graph, schemas, locate, on_server=available is not None, schema_check=schema_check,
                               pack_of=pack_of)
     if schema_check and locate is not None:

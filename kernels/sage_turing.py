@@ -17,8 +17,8 @@ The package is imported lazily: importing this module needs neither sageattentio
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any
 
 import torch
@@ -73,7 +73,7 @@ def choose_config(capability: tuple[int, int], head_dim: int, out_dtype: torch.d
 
 
 def _package_attr(module: str, name: str) -> Any:
-    return getattr(importlib.import_module(f"sageattention.{module}"), name)
+    return getattr(import_module(f"sageattention.{module}"), name)
 
 
 def kernel_for(head_dim: int) -> Any:

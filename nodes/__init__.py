@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from importlib import import_module
 
 from ..adapters.host import guard_input_types
 from .common import LOG
@@ -40,7 +41,7 @@ def collect_nodes() -> dict[str, type]:
     nodes: dict[str, type] = {}
     for name in NODE_MODULES:
         try:
-            module = importlib.import_module(f".{name}", __name__)
+            module = import_module(f".{name}", __name__)
         except Exception as exc:  # noqa: BLE001 - one broken family must not take down the pack
             IMPORT_FAILURES[name] = f"{type(exc).__name__}: {exc}"
             LOG.error("H3Kit: module nodes/%s.py failed to import; its nodes are unavailable", name, exc_info=True)

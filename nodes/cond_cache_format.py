@@ -20,12 +20,12 @@ import hashlib
 import json
 import math
 import os
-import re
 import struct
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from re import compile as regex
 from typing import Any
 
 import torch
@@ -47,7 +47,7 @@ FILE_SUFFIX = ".safetensors"
 MAX_FILE_NAME_BYTES = 255  # the common file-name limit (ext4, NTFS, APFS)
 MAX_CACHE_BYTES = 16 * 2**30  # documented limit (docs/security.md): checked before anything is allocated
 MAX_STRUCTURE_DEPTH = 64  # a CONDITIONING nests about 6 levels; the bound keeps decoding off the stack limit
-VERSION_TEXT = re.compile(r"[0-9]{1,9}")
+VERSION_TEXT = regex(r"[0-9]{1,9}")
 WINDOWS_FORBIDDEN_CHARS = set('<>:"|?*')
 WINDOWS_RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL"} | {f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)}
 REBUILD_FIX = (
@@ -577,7 +577,7 @@ def _decode(node: Any, tensors: dict[str, torch.Tensor], path: Path) -> Any:
         return _decode_tagged(tag, node, tensors, path)
     except CacheError:
         raise
-    except (KeyError, TypeError, ValueError, struct.error) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError, struct.error) as exc:
         raise CacheError(f"{path} has a corrupt structure entry {json.dumps(node)[:80]} ({exc!r})", REBUILD_FIX) from exc
 
 
@@ -587,7 +587,7 @@ def _decode_tagged(tag: str, node: dict, tensors: dict[str, torch.Tensor], path:
         return tensors[value]
     if tag == "$float":
         if value == "nan":
-            return struct.unpack(">d", bytes.fromhex(node["bits"]))[0]
+            return struct.unpack(">d", int(node["bits"], 16).to_bytes(8, "big"))[0]
         return {"inf": math.inf, "-inf": -math.inf}[value]
     if tag == "$tuple":
         return tuple(_decode(item, tensors, path) for item in value)

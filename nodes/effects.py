@@ -23,6 +23,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from re import compile as regex
 from typing import Any
 
 import torch
@@ -43,11 +44,11 @@ MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (do
 MAX_WALK_DEPTH = 32
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
-SHOT_TAG = re.compile(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
-SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f](?=\s|$)")
-WORD = re.compile(r"\w")
-LEADING_MARKERS = re.compile(r"\A(?:\s*embedding:\S+)+\s*")
-ANY_MARKER = re.compile(r"embedding:(\S*)")
+SHOT_TAG = regex(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
+SENTENCE_END = regex(r"[.!?\u3002\uff01\uff1f](?=\s|$)")
+WORD = regex(r"\w")
+LEADING_MARKERS = regex(r"\A(?:\s*embedding:\S+)+\s*")
+ANY_MARKER = regex(r"embedding:(\S*)")
 
 FLOAT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
 

@@ -68,9 +68,10 @@ def pack_schemas() -> dict:
 
 
 def pack_of(class_type: str) -> str | None:
-    from . import DISABLED_NODES
+    from . import DISABLED_NODES, NODE_CLASS_MAPPINGS
 
-    return schemas.providing_pack(class_type, DISABLED_NODES)
+    own = set(NODE_CLASS_MAPPINGS) | {node_id for ids in DISABLED_NODES.values() for node_id in ids}
+    return schemas.providing_pack(class_type, DISABLED_NODES, own)
 
 
 def graph_checks(graph: dict, pasted: bool) -> list[Check]:

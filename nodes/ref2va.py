@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from re import compile as regex
 
 from ..checks import facts
 from .common import H3KitInputError, Report, category
@@ -45,20 +46,20 @@ MIN_DEFINITION_WORDS = 3
 CHINESE_TAGS = ("chinese", "mandarin", "cantonese", "中文", "汉语", "漢語", "普通话", "国语", "國語")
 ZH_TABLE_FILE = Path(__file__).resolve().parent.parent / "data" / "zh_trad_to_simp.json"
 
-LABEL_LOOSE = re.compile(r"<\s*(subject|picture|video|audio)\s*(\d+)\s*>", re.IGNORECASE)
-LABEL = re.compile(r"<(Subject|Picture|Video|Audio) ([1-9]\d*)>")
-SHOT_TAG = re.compile(r"^\[Shot\s+(\d+)\]\s*(.*)$")
-RANGE_TIME = re.compile(r"^(\d+(?:\.\d+)?)\s*s?\s*[-–~]\s*(\d+(?:\.\d+)?)\s*s\b[,:]?\s*")
-AT_TIME = re.compile(r"^At\s+(\d{1,2}):(\d{2}(?:\.\d+)?)\s*[,:]?\s*", re.IGNORECASE)
-DIALOGUE = re.compile(r"<d>(.*?)</d>", re.DOTALL)
-DIALOGUE_BODY = re.compile(r"^\[([^\[\]<>()]+)\]\s*(\S.*)$", re.DOTALL)
-SPEAKER = re.compile(r"\((S\d+(?:\s*,\s*S\d+)*)\)")
-SUBJECT_SPEAKER = re.compile(r"<Subject ([1-9]\d*)>\s*\((S\d+)\)")
-HEADER_LINE = re.compile(r"^\s*(" + "|".join(SECTIONS) + r"|integrated_multimodal_description)\s*:", re.MULTILINE)
-SUMMARY_PREFIX = re.compile(r"^\[([^\]]+)\]\s*\S")
-RETENTION_LINE = re.compile(r"^(<(?:Subject|Picture|Video|Audio) \d+>)[^:]*:\s*([A-Za-z_]+)\b")
-HAN = re.compile(r"[\u3400-\u9fff\U00020000-\U0002ffff]")
-WORD = re.compile(r"[a-z]+|[\u3400-\u9fff]")
+LABEL_LOOSE = regex(r"<\s*(subject|picture|video|audio)\s*(\d+)\s*>", re.IGNORECASE)
+LABEL = regex(r"<(Subject|Picture|Video|Audio) ([1-9]\d*)>")
+SHOT_TAG = regex(r"^\[Shot\s+(\d+)\]\s*(.*)$")
+RANGE_TIME = regex(r"^(\d+(?:\.\d+)?)\s*s?\s*[-–~]\s*(\d+(?:\.\d+)?)\s*s\b[,:]?\s*")
+AT_TIME = regex(r"^At\s+(\d{1,2}):(\d{2}(?:\.\d+)?)\s*[,:]?\s*", re.IGNORECASE)
+DIALOGUE = regex(r"<d>(.*?)</d>", re.DOTALL)
+DIALOGUE_BODY = regex(r"^\[([^\[\]<>()]+)\]\s*(\S.*)$", re.DOTALL)
+SPEAKER = regex(r"\((S\d+(?:\s*,\s*S\d+)*)\)")
+SUBJECT_SPEAKER = regex(r"<Subject ([1-9]\d*)>\s*\((S\d+)\)")
+HEADER_LINE = regex(r"^\s*(" + "|".join(SECTIONS) + r"|integrated_multimodal_description)\s*:", re.MULTILINE)
+SUMMARY_PREFIX = regex(r"^\[([^\]]+)\]\s*\S")
+RETENTION_LINE = regex(r"^(<(?:Subject|Picture|Video|Audio) \d+>)[^:]*:\s*([A-Za-z_]+)\b")
+HAN = regex(r"[\u3400-\u9fff\U00020000-\U0002ffff]")
+WORD = regex(r"[a-z]+|[\u3400-\u9fff]")
 # Words that say nothing about how a subject looks, so they never count as appearance text.
 NOT_APPEARANCE = frozenset(
     "the and with from into onto that this these those who whom which whose what when where while "

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import sys
 import time
+from importlib import import_module
 from typing import Any
 
 import torch
@@ -38,12 +38,12 @@ def compiled_shared_memory(head_dim: int, config: st.LaunchConfig, out_dtype: to
     Pointers and strides are marked 16-divisible, as Triton specialises them for contiguous tensors
     at launch; lengths are left unspecialised (any sequence length).
     """
-    import triton
+    from triton import compile as compile_kernel
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     module = (CAUSAL_KERNEL_MODULES if causal else st.KERNEL_MODULES)[head_dim]
-    fn = importlib.import_module(f"sageattention.{module}")._attn_fwd
+    fn = import_module(f"sageattention.{module}")._attn_fwd
     kernel_out = torch.float16 if config.fp16_output else out_dtype
     constants = {"HEAD_DIM": head_dim, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
                  "STAGE": 3 if causal else 1, "H": 8, "num_kv_groups": 1}
@@ -59,8 +59,8 @@ def compiled_shared_memory(head_dim: int, config: st.LaunchConfig, out_dtype: to
             specialise.append(index)
     used = {name: value for name, value in constants.items() if signature.get(name) == "constexpr"}
     source = _ast_source(ASTSource, fn, signature, used, specialise)
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32),
-                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    compiled = compile_kernel(source, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32),
+                             options={"num_warps": config.num_warps, "num_stages": config.num_stages})
     return int(compiled.metadata.shared)
 
 

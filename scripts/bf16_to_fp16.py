@@ -7,8 +7,8 @@ The same converter as `python -m h3kit convert bf16-to-fp16`, usable from a plai
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 
@@ -23,7 +23,7 @@ def _converter() -> ModuleType:
         package = ModuleType(_PACKAGE)
         package.__path__ = [str(Path(__file__).resolve().parent.parent)]
         sys.modules[_PACKAGE] = package
-    return importlib.import_module(f"{_PACKAGE}.scripts.convert")
+    return import_module(f"{_PACKAGE}.scripts.convert")
 
 
 def main(argv: list[str] | None = None) -> int:

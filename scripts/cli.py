@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
+from importlib import import_module
 
 # command -> (module in scripts/, one-line help). Each module has add_arguments(parser) and run(args) -> int.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,7 +27,7 @@ def build_parser(prog: str = "python -m h3kit") -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, summary) in COMMANDS.items():
-        module = importlib.import_module(f".{module_name}", __package__)
+        module = import_module(f".{module_name}", __package__)
         command = sub.add_parser(name, help=summary, description=(module.__doc__ or summary).strip())
         module.add_arguments(command)
         command.set_defaults(_run=module.run)

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..adapters.comfy_client import BadServerURL, ComfyClient
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, worst_exit
-from ..checks.problem import FAIL, WARN, Check, printable
+from ..checks.problem import FAIL, PASS, WARN, Check, printable
 from ..checks.rules_files import folder_locator, model_input_keys
 from ..checks.server import server_checks
 from ..checks.workflow import default_models_dir, load_graph, workflow_checks
@@ -43,10 +43,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "2 workflow errors; 3 server timeout; 4 server unreachable")
 
 
+def optional_node_checks() -> list[Check]:
+    """The optional nodes that are off here, with the versions that make them work (the same line ComfyUI's
+    startup log shows once)."""
+    from ..nodes import OPTIONAL_NOTES
+
+    return [Check(PASS, "optional node", note.removeprefix("H3Kit: optional node ")) for note in OPTIONAL_NOTES]
+
+
 def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     """(checks, exit code)."""
-    checks: list[Check] = [] if args.no_local else local_checks()
+    checks: list[Check] = [] if args.no_local else local_checks() + optional_node_checks()
     codes = [EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK]
+    if args.models_dir is not None and not args.models_dir.is_dir():
+        checks.append(Check(FAIL, "models dir", f"--models-dir {args.models_dir} is not a folder, so no model file "
+                            "could be checked", "pass ComfyUI's models folder, e.g. --models-dir ComfyUI/models"))
+        return checks, worst_exit([*codes, EXIT_INVALID])
     graph = None
     if args.workflow:
         graph, error = load_graph(args.workflow)
@@ -56,7 +68,8 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     if args.server:
         try:
             with ComfyClient(args.server, read_timeout=args.timeout) as client:
-                server_part, object_info, code = server_checks(client, graph, schema_src.disabled_nodes())
+                server_part, object_info, code = server_checks(client, graph, schema_src.disabled_nodes(),
+                                                               schema_src.providing_pack)
         except BadServerURL as exc:
             return checks + [Check(FAIL, "server", str(exc), "give the server's address as http://HOST:PORT")], \
                 worst_exit([*codes, exc.exit_code])
@@ -68,7 +81,7 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
         locate = folder_locator(models_dir) if models_dir else None
         skip = model_input_keys(graph, schemas) if object_info is not None and isinstance(graph, dict) else set()
         found = workflow_checks(graph, schemas, locate, skip, on_server=object_info is not None,
-                                pack_of=schema_src.providing_pack)
+                                pack_of=schema_src.providing_pack, known_ids=schema_src.own_node_ids())
         checks += found
         codes.append(EXIT_INVALID if any(c.status == FAIL for c in found) else EXIT_OK)
     return checks, worst_exit(codes)

@@ -49,6 +49,7 @@ from ..checks.graph_edit import (
 )
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
+from ..checks.reports import report_checks
 from ..checks.validator import load_graph_file, validate_with_rules
 from . import schemas as schema_src
 
@@ -132,7 +133,9 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
         say(label, f"FAIL  execution {outcome.state}: node {err.get('node_id')} ({err.get('node_type')}): "
             f"{err.get('exception_type', '')}: {str(err.get('exception_message', '')).strip()}")
         return EXIT_FAILED
-    checks = cache_checks(job.graph, timing) + fetch_and_verify(client, job, outcome.entry, prompt_id, args)
+    outputs = outcome.entry.get("outputs") if isinstance(outcome.entry, dict) else None
+    checks = (cache_checks(job.graph, timing) + report_checks(outputs if isinstance(outputs, dict) else {})
+              + fetch_and_verify(client, job, outcome.entry, prompt_id, args))
     for check in checks:
         say(label, check.line())
     if any(c.name == DOWNLOAD_TIMEOUT for c in checks):
@@ -221,7 +224,7 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
             if uploads:
                 apply_uploads(client, copy, uploads, info)
                 info = client.object_info()
-        problems = validate_with_rules(copy, info, schema_src.providing_pack)
+        problems = validate_with_rules(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
         for p in problems:
             say("", f"{server}: {p}")
         if has_errors(problems):

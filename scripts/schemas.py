@@ -15,10 +15,17 @@ def offline_schemas() -> dict[str, dict[str, Any]]:
     return core.offline_schemas(NODE_CLASS_MAPPINGS)
 
 
+def own_node_ids() -> set[str]:
+    """Every H3Kit node id, including the optional ones left out on this machine."""
+    from ..nodes import DISABLED_NODES, NODE_CLASS_MAPPINGS
+
+    return set(NODE_CLASS_MAPPINGS) | {node_id for ids in DISABLED_NODES.values() for node_id in ids}
+
+
 def providing_pack(class_type: str) -> str | None:
     from ..nodes import DISABLED_NODES
 
-    return core.providing_pack(class_type, DISABLED_NODES)
+    return core.providing_pack(class_type, DISABLED_NODES, own_node_ids())
 
 
 def disabled_nodes() -> dict[str, list[str]]:

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         schemas = schema_src.offline_schemas()
     failed = False
     for path in args.files:
-        problems = validate_file(path, schemas, schema_src.providing_pack)
+        problems = validate_file(path, schemas, schema_src.providing_pack, schema_src.own_node_ids())
         errors = [p for p in problems if p.severity == ERROR]
         failed = failed or bool(errors)
         print(printable(f"{'FAIL' if errors else 'OK'} {path}: {len(errors)} error(s), "

@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import Popen
 
 import pytest
 from h3kit.adapters.comfy_client import ComfyClient, ComfyError
@@ -41,7 +42,7 @@ _NODES_OF = {
 }
 
 
-def stop_process_group(process: subprocess.Popen, grace_s: float = 10) -> None:
+def stop_process_group(process: Popen, grace_s: float = 10) -> None:
     """SIGTERM the process group started with start_new_session=True; SIGKILL it after `grace_s`."""
     if process.poll() is not None:
         return
@@ -116,7 +117,7 @@ class ComfyUIServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.base_dir / "server.log"
-        self.process: subprocess.Popen | None = None
+        self.process: Popen | None = None
         self._object_info: dict | None = None  # for capabilities only
 
     def start(self) -> None:
@@ -125,7 +126,7 @@ class ComfyUIServer:
         (self.base_dir / "custom_nodes" / PACK_LINK_NAME).symlink_to(PACK_ROOT, target_is_directory=True)
         log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self._log_file = log
-        self.process = subprocess.Popen(
+        self.process = Popen(
             self.host.command(self.port, self.base_dir), cwd=self.comfyui_dir, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from subprocess import run as run_process
 
 import pytest
 from h3kit import NODE_CLASS_MAPPINGS
@@ -12,7 +13,7 @@ from h3kit.scripts.cli import COMMANDS, build_parser
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "h3kit", *args], capture_output=True, text=True, timeout=120)
+    return run_process([sys.executable, "-m", "h3kit", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_top_level_help_lists_every_command():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+from subprocess import run as run_process
 
 import pytest
 from h3kit import NODE_CLASS_MAPPINGS
@@ -76,7 +76,7 @@ def test_validate_against_the_live_server(comfyui_server, tmp_path):
     }
     path = tmp_path / "g.json"
     path.write_text(json.dumps(graph))
-    result = subprocess.run(
+    result = run_process(
         [sys.executable, "-m", "h3kit", "validate", str(path), "--server", comfyui_server.url],
         capture_output=True, text=True, timeout=120,
     )

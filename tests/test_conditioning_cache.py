@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
 import pickle
+import pickletools
 import struct
 import sys
 import types
+import zipfile
 from pathlib import Path
 
 import h3kit
@@ -123,11 +126,11 @@ def test_every_dtype_round_trips(cache_dir, dtype):
 
 
 def test_nan_payload_and_negative_zero_floats_keep_their_bits(cache_dir):
-    odd_nan = struct.unpack(">d", bytes.fromhex("7ff800000000beef"))[0]
+    odd_nan = struct.unpack(">d", struct.pack(">Q", 0x7FF8_0000_0000_BEEF))[0]
     original = [[torch.zeros(1, 2, 3), {"a": odd_nan, "b": -0.0, "c": [math.inf, -math.inf]}]]
     save_node(cache_dir, original)
     loaded = load_node()[0]
-    assert bits(loaded[0][1]["a"]) == bytes.fromhex("7ff800000000beef")
+    assert bits(loaded[0][1]["a"]) == struct.pack(">Q", 0x7FF8_0000_0000_BEEF)
     assert_identical(original, loaded)
 
 
@@ -488,16 +491,41 @@ def _plant(path: Path, marker: Path, style: str) -> None:
         path.write_bytes(pickle.dumps(payload, protocol=5))
 
 
+def _pickle_streams(path: Path) -> list[bytes]:
+    """The pickle byte streams inside a torch.save file (zip: data.pkl; legacy: the stream is the file)."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            return [archive.read(name) for name in archive.namelist() if name.endswith(".pkl")]
+    return [path.read_bytes()]
+
+
+def _calls_makedirs(stream: bytes) -> bool:
+    """True when the pickle would import and call os.makedirs: read from its opcodes, never executed."""
+    strings: list[str] = []
+    found = False
+    source = io.BytesIO(stream)
+    try:
+        while source.tell() < len(stream):  # a legacy torch file holds several pickles in a row
+            for opcode, arg, _ in pickletools.genops(source):
+                if isinstance(arg, str):
+                    strings.append(arg)
+                if opcode.name == "GLOBAL" and isinstance(arg, str) and arg.split()[-1] == "makedirs":
+                    found = True
+                if opcode.name == "STACK_GLOBAL" and strings[-1:] == ["makedirs"]:
+                    found = True
+    except ValueError:  # ... followed by raw storage bytes, which are no pickle
+        pass
+    return found
+
+
 @pytest.mark.parametrize("style", ["zip", "legacy", "raw_pickle"])
-def test_planted_pickle_has_a_side_effect_when_unpickled(tmp_path, style):
-    """Control: the planted file really runs code when fully unpickled, so the tests below can fail."""
-    marker = tmp_path / "pwned"
-    _plant(tmp_path / "evil.pt", marker, style)
-    if style == "raw_pickle":
-        pickle.loads((tmp_path / "evil.pt").read_bytes())
-    else:
-        torch.load(tmp_path / "evil.pt", weights_only=False)
-    assert marker.exists()
+def test_planted_pickle_would_run_code_if_unpickled(tmp_path, style):
+    """Control, without executing the payload: the planted file's pickle imports os.makedirs and calls it
+    (GLOBAL/STACK_GLOBAL + REDUCE), so an unrestricted unpickler would create the marker; the tests below
+    prove H3Kit never lets that happen."""
+    _plant(tmp_path / "evil.pt", tmp_path / "pwned", style)
+    assert any(_calls_makedirs(stream) for stream in _pickle_streams(tmp_path / "evil.pt"))
+    assert not (tmp_path / "pwned").exists()
 
 
 @pytest.mark.parametrize("style", ["zip", "legacy", "raw_pickle"])

@@ -37,3 +37,21 @@ def test_startup_log_notes_an_optional_node_once_without_warning(comfyui_server)
     else:
         assert len(notes) == 1 and "sageattention==1.0.6" in notes[0] and "Triton 3.2" in notes[0]
     assert "WARNING" not in "\n".join(line for line in log.splitlines() if "H3Kit" in line)
+
+
+def test_run_prints_the_guard_warnings_of_a_successful_job(comfyui_server, tmp_path, capsys):
+    """A FrameGuard in 'warn' mode lets an all-black video through with status success: `run` must say so."""
+    from h3kit.scripts.cli import main
+
+    graph = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 9, "color": 0}},
+        "2": {"class_type": "H3KitFrameGuard", "inputs": {"images": ["1", 0], "mode": "warn",
+                                                          "max_solid_fraction": 0.25}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}},
+    }
+    path = tmp_path / "guard_warns.json"
+    path.write_text(json.dumps(graph))
+    code = main(["run", str(path), "--server", comfyui_server.url, "--out", str(tmp_path / "out"), "--quiet"])
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "WARN  report: H3KitFrameGuard (shown by node 3):" in line]
+    assert code == 0 and len(lines) == 1 and "9 of 9 frames are black" in lines[0], out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import struct
 import types
@@ -330,7 +331,9 @@ def test_f12_kitchen_registry_without_nvfp4_gemm_warns():
 
 
 def test_old_kitchen_fails():
-    assert environment.kitchen_checks("0.2.26", None)[0].status == FAIL
+    # issue 17: judged against the ComfyUI that uses it (0.34 needs >= 0.2.31; unknown ComfyUI: a WARN)
+    assert environment.kitchen_checks("0.2.26", None, comfyui="0.34.0")[0].status == FAIL
+    assert environment.kitchen_checks("0.2.26", None)[0].status == WARN
 
 
 def test_server_torch_tag_cuda_major():
@@ -390,7 +393,7 @@ def test_f35_missing_nodes_name_the_providing_pack():
 def test_doctor_offline_workflow_exit_status(tmp_path, capsys):
     path = tmp_path / "wf.json"
     path.write_text(json.dumps(refine_graph("0.909375, 0.725, 0.421875, 0")))
-    parser = __import__("argparse").ArgumentParser()
+    parser = argparse.ArgumentParser()
     doctor.add_arguments(parser)
     code = doctor.run(parser.parse_args(["--workflow", str(path), "--no-local", "--json"]))
     report = json.loads(capsys.readouterr().out)

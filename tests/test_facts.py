@@ -4,9 +4,9 @@ checks/ package stays pure (no torch, no ComfyUI, no nodes/ or scripts/) without
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from pathlib import Path
+from subprocess import run as run_process
 
 import pytest
 from h3kit.checks import facts
@@ -146,15 +146,16 @@ def test_no_import_circles_between_modules():
 def test_checks_import_without_torch_or_comfyui():
     """Imported on its own (the pack's root __init__ registers nodes and is skipped here), checks/ is pure."""
     code = f"""
-import importlib, sys, types
+import sys, types
+from importlib import import_module
 pack = types.ModuleType("h3kit"); pack.__path__ = [{str(ROOT)!r}]; sys.modules["h3kit"] = pack
 for name in {sorted(p.stem for p in (ROOT / "checks").glob("*.py"))!r}:
-    importlib.import_module("h3kit.checks." + name)
+    import_module("h3kit.checks." + name)
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "comfy", "folder_paths", "numpy", "av")
                or m.startswith(("h3kit.nodes", "h3kit.scripts", "h3kit.kernels")))
 print(heavy)
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = run_process([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 

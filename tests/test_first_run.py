@@ -16,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from subprocess import run as run_process
 
 import pytest
 
@@ -34,7 +35,7 @@ def comfyui_dir(tmp_path_factory) -> Path:
 def _bare_python(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """This Python with its third-party packages (torch, av, ...) but without site processing: no h3kit."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})}
-    return subprocess.run([sys.executable, "-S", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+    return run_process([sys.executable, "-S", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
 
 
 def test_the_bare_python_cannot_import_an_installed_h3kit(comfyui_dir):
@@ -63,7 +64,7 @@ def test_validate_from_a_plain_clone_uses_the_clone(comfyui_dir):
 @pytest.mark.parametrize("argv", [["--help"], ["doctor", "--help"], ["demo", "--help"], ["run", "--help"]])
 def test_help_is_quiet(argv):
     """No optional-package notes (sageattention is not installed here) or any other log line on stderr."""
-    proc = subprocess.run([sys.executable, "-m", "h3kit", *argv], capture_output=True, text=True, timeout=120)
+    proc = run_process([sys.executable, "-m", "h3kit", *argv], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
     assert proc.stderr == ""
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
+from subprocess import run as run_process
 
 import pytest
 
@@ -36,7 +36,7 @@ def probe(request):
         pytest.skip("COMFYUI_DIRS / COMFYUI_DIR is unset")
     if not python:
         pytest.skip(f"no python for {folder} (set H3KIT_HOST_PYTHON_<n> or COMFYUI_PYTHON)")
-    done = subprocess.run([python, str(PROBE), str(PACK_ROOT)], cwd=folder, capture_output=True, text=True,
+    done = run_process([python, str(PROBE), str(PACK_ROOT)], cwd=folder, capture_output=True, text=True,
                           timeout=900, check=False)
     if done.returncode != 0 and "No module named 'comfy.ldm.lightricks" in done.stderr:
         pytest.skip(f"{folder} has no LTX model")

@@ -4,8 +4,8 @@ green, dropped ones red, each tile read back through the frame code burned into 
 
 from __future__ import annotations
 
-import subprocess
 import sys
+from subprocess import run as run_process
 
 import av
 import cv2
@@ -18,7 +18,7 @@ from h3kit.kernels.testpattern import frame_code_cells
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "demo.mp4"
-    proc = subprocess.run([sys.executable, "-m", "h3kit", "demo", "--output", str(out)],
+    proc = run_process([sys.executable, "-m", "h3kit", "demo", "--output", str(out)],
                           capture_output=True, text=True, timeout=240)
     return proc, out
 
@@ -97,7 +97,7 @@ def test_demo_mp4_decodes_to_121_frames_with_audio_in_sync(demo_run):
 def test_demo_never_overwrites_an_existing_file(demo_run):
     _, out = demo_run
     before = out.read_bytes()
-    proc = subprocess.run([sys.executable, "-m", "h3kit", "demo", "--output", str(out)],
+    proc = run_process([sys.executable, "-m", "h3kit", "demo", "--output", str(out)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--overwrite" in proc.stdout
     assert out.read_bytes() == before
@@ -106,7 +106,7 @@ def test_demo_never_overwrites_an_existing_file(demo_run):
 def test_demo_never_overwrites_an_existing_contact_sheet(tmp_path):
     sheet = tmp_path / "new_sheet.png"
     sheet.write_bytes(b"mine")
-    proc = subprocess.run([sys.executable, "-m", "h3kit", "demo", "--output", str(tmp_path / "new.mp4")],
+    proc = run_process([sys.executable, "-m", "h3kit", "demo", "--output", str(tmp_path / "new.mp4")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stdout == f"ERROR: {sheet} exists. Choose another --output, or add --overwrite to replace it.\n"

@@ -82,8 +82,9 @@ def test_rule_draft_must_be_exactly_half_the_output(schemas, tmp_path):
     graph = load("h3_ltx_two_stage.json")
     graph[_node_id(graph, "H3KitDraftToLTX")]["inputs"].update(target_width=1280, target_height=768)
     found = errors(problems_of(graph, schemas, tmp_path))
-    assert len(found) == 1 and "twice the H3 draft 672x384" in found[0].message
-    assert "1344x768" in found[0].fix
+    # issue 15: one message for the one wrong input, with the value that satisfies every rule
+    assert len(found) == 1 and found[0].input == "target_width"
+    assert "must be exactly twice the H3 draft's width 672" in found[0].message and found[0].fix == "use 1344"
 
 
 def test_f20_off_grid_length_through_a_primitive_is_caught(schemas, tmp_path):
@@ -104,14 +105,14 @@ def test_f19_off_grid_sizes_through_primitives_are_caught(schemas, tmp_path):
     found = errors(problems_of(graph, schemas, tmp_path))
     messages = " | ".join(p.message for p in found)
     assert "height 540 is not a multiple of 32" in messages and "F19" in messages
-    assert "target_height 1080 is not a multiple of 64" in messages
+    assert "target_height 1080 must be twice the H3 draft's height, which is off its grid too" in messages
 
 
-def test_target_widget_off_64_is_caught_by_the_schema(schemas, tmp_path):
+def test_target_widget_off_64_gets_the_one_width_that_fits_the_draft(schemas, tmp_path):
     graph = load("h3_ltx_two_stage.json")
     graph[_node_id(graph, "H3KitDraftToLTX")]["inputs"]["target_width"] = 1056
-    (found,) = errors(problems_of(graph, schemas, tmp_path))
-    assert found.input == "target_width" and "1024 or 1088" in found.fix
+    (found,) = errors(problems_of(graph, schemas, tmp_path))  # the schema's "1024 or 1088" is superseded
+    assert found.input == "target_width" and found.fix == "use 1344"
 
 
 def test_strict_policy_with_an_h3_length_is_caught(schemas, tmp_path):

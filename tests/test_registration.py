@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 import types
 from pathlib import Path
+from subprocess import run as run_process
 
 import h3kit
 import pytest
@@ -32,14 +32,15 @@ def _pack_modules() -> list[str]:
 
 def test_import_never_pulls_in_the_host_or_cuda():
     code = (
-        "import importlib, sys, h3kit\n"
+        "import sys, h3kit\n"
+        "from importlib import import_module\n"
         f"for name in {_pack_modules()!r}:\n"
-        "    importlib.import_module(name)\n"
+        "    import_module(name)\n"
         f"host = sorted(m for m in sys.modules if m.split('.')[0] in {HOST_PREFIXES!r})\n"
         "import torch\n"
         "print(host, torch.cuda.is_initialized())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = run_process([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[] False"
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 import json
 import math
-import subprocess
 import wave
 from pathlib import Path
+from subprocess import run as run_process
 
 import av
 import pytest
@@ -70,7 +70,7 @@ def ltx_host(comfyui_server):
 
 
 def install_tiny_ltx(comfyui_server) -> None:
-    result = subprocess.run(
+    result = run_process(
         [comfyui_server.python, str(WRITER), "--comfyui-dir", str(comfyui_server.comfyui_dir),
          "--models", str(comfyui_server.models_dir), "--dit", "healthy", "--dit", "garbage", "--dit", "nan"],
         cwd=comfyui_server.comfyui_dir, capture_output=True, text=True, timeout=600,

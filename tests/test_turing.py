@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import subprocess
 import sys
 import types
+from subprocess import run as run_process
 
 import pytest
 import torch
@@ -123,7 +123,7 @@ def test_plain_import_touches_neither_comfy_nor_cuda():
     code = ("import sys, torch, h3kit; "
             "assert not [m for m in sys.modules if m == 'comfy' or m.startswith('comfy.')]; "
             "assert not torch.cuda.is_initialized(); print('clean')")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = run_process([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "clean" in done.stdout
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+from subprocess import run as run_process
 
 import pytest
 import torch
@@ -68,7 +68,7 @@ def test_overflow_is_refused_naming_the_tensor_and_nothing_is_written(tmp_path):
     source, _ = _source(tmp_path, {"huge": torch.tensor([1.0, -70000.0, 3.0]).bfloat16(),
                                    "also_huge": torch.tensor([9e4]).bfloat16()})
     out = tmp_path / "out.safetensors"
-    done = subprocess.run([sys.executable, str(STANDALONE), str(source), str(out)], capture_output=True, text=True,
+    done = run_process([sys.executable, str(STANDALONE), str(source), str(out)], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1
     assert "huge (max |x| 70" in done.stderr and "also_huge" in done.stderr and "--clamp" in done.stderr
@@ -137,7 +137,7 @@ def test_cli_prints_a_per_tensor_summary(tmp_path):
 def test_standalone_script_converts(tmp_path):
     source, _ = _source(tmp_path)
     out = tmp_path / "out.safetensors"
-    done = subprocess.run([sys.executable, str(STANDALONE), str(source), str(out)], capture_output=True, text=True,
+    done = run_process([sys.executable, str(STANDALONE), str(source), str(out)], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "encoder.conv.weight" in done.stdout and "BF16->F16" in done.stdout and "verified" in done.stdout

@@ -13,6 +13,7 @@ import dataclasses
 import importlib.util
 import logging
 import os
+from ast import literal_eval as literal
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_f08_block_sizes_are_the_quantizers_for_every_config(head_dim):
     tree = _sage_source(module)
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
     defaults = dict(zip([a.arg for a in node.args.args][-len(node.args.defaults):],
-                        [ast.literal_eval(d) for d in node.args.defaults], strict=True))
+                        [literal(d) for d in node.args.defaults], strict=True))
     assert (defaults["BLKQ"], defaults["BLKK"]) == QUANTIZER_BLOCKS == (st.QUANT_BLOCK_Q, st.QUANT_BLOCK_K)
     for config in (st.turing_safe_config(head_dim), st.package_default_config(head_dim, torch.float32),
                    st.choose_config((7, 5), head_dim, torch.float32), st.choose_config((9, 0), head_dim, torch.float16)):

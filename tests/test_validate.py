@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import sys
 from pathlib import Path
+from subprocess import run as run_process
 
 import pytest
 from h3kit.checks import schemas as core_schemas
@@ -43,7 +43,7 @@ def test_good_graph_has_no_problems(offline):
 
 
 def test_hand_made_broken_graph_reports_every_problem_and_exits_2():
-    result = subprocess.run([sys.executable, "-m", "h3kit", "validate", str(DATA / "broken_graph.json")],
+    result = run_process([sys.executable, "-m", "h3kit", "validate", str(DATA / "broken_graph.json")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2  # README: 2 = rejected by validation
     out = result.stdout
@@ -57,7 +57,7 @@ def test_hand_made_broken_graph_reports_every_problem_and_exits_2():
 def test_good_file_exits_0(tmp_path):
     path = tmp_path / "good.json"
     path.write_text(json.dumps(GOOD))
-    result = subprocess.run([sys.executable, "-m", "h3kit", "validate", str(path)],
+    result = run_process([sys.executable, "-m", "h3kit", "validate", str(path)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout
     assert result.stdout.startswith("OK")
@@ -145,7 +145,7 @@ def test_v3_dotted_keys_are_understood(offline):
 def test_server_mode_unreachable_exits_4(tmp_path):
     path = tmp_path / "g.json"
     path.write_text(json.dumps(GOOD))
-    result = subprocess.run([sys.executable, "-m", "h3kit", "validate", str(path), "--server", "http://127.0.0.1:9"],
+    result = run_process([sys.executable, "-m", "h3kit", "validate", str(path), "--server", "http://127.0.0.1:9"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 4 and "cannot reach ComfyUI" in result.stdout
 

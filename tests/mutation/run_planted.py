@@ -35,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import run as run_process
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -74,7 +75,7 @@ def stale(root: Path, mutants: list[Mutant]) -> list[str]:
 
 def copy_tree(dest: Path) -> Path:
     """The working tree as git sees it (tracked + untracked, not ignored) under dest/h3kit."""
-    listing = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+    listing = run_process(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                              cwd=REPO, check=True, capture_output=True).stdout.decode()
     package = dest / "h3kit"
     for name in filter(None, listing.split("\0")):
@@ -94,7 +95,7 @@ def environment(dest: Path) -> dict[str, str]:
 
 
 def check_import(python: str, package: Path, env: dict[str, str]) -> None:
-    found = subprocess.run([python, "-c", "import h3kit; print(h3kit.__file__)"], cwd=package, env=env,
+    found = run_process([python, "-c", "import h3kit; print(h3kit.__file__)"], cwd=package, env=env,
                            capture_output=True, text=True, check=True).stdout.strip()
     if not Path(found).resolve().is_relative_to(package.resolve()):
         sys.exit(f"run_planted: `import h3kit` resolves to {found}, not the copy in {package}")
@@ -108,7 +109,7 @@ def failing_tests(output: str) -> str:
 def run_tests(python: str, package: Path, env: dict[str, str], tests: list[str],
               timeout: float) -> tuple[int | None, str]:
     try:
-        done = subprocess.run([python, *PYTEST, *tests], cwd=package, env=env, capture_output=True, text=True,
+        done = run_process([python, *PYTEST, *tests], cwd=package, env=env, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, ""
