@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from re import compile as regex
 from typing import Any
 
 from ..adapters.host import comfyui_version, parse_version
@@ -49,7 +50,7 @@ def cuda_major_from_torch_tag(torch_version: str) -> int | None:
 # --- what this machine is ------------------------------------------------------------------------
 
 PACK_ROOT = Path(__file__).resolve().parent.parent
-_VERSION_LINE = r"""^__version__\s*=\s*["']([^"']+)["']"""  # comfyui_version.py
+_VERSION_LINE = regex(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
 
 
 def local_comfyui_version(env: dict[str, str] | None = None) -> str | None:
@@ -64,8 +65,7 @@ def local_comfyui_version(env: dict[str, str] | None = None) -> str | None:
     candidates += [Path(env["COMFYUI_DIR"])] if env.get("COMFYUI_DIR") else []
     for folder in candidates:
         try:
-            match = re.search(_VERSION_LINE, (folder / "comfyui_version.py").read_text(encoding="utf-8")[:4096],
-                              re.M)
+            match = _VERSION_LINE.search((folder / "comfyui_version.py").read_text(encoding="utf-8")[:4096])
         except OSError:
             continue
         if match:

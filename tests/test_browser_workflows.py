@@ -343,6 +343,8 @@ def test_healthy_40_node_graph_queues_with_at_most_200_ms_added(editor, server):
                                return performance.now() - t0; }"""
     editor.js(measure)  # first run executes the graph; the measured ones hit ComfyUI's cache
     editor.page.wait_for_timeout(3000)
+    # room for the measured requests: 1.27 has filled the default 250-entry resource-timing buffer by now
+    editor.js("performance.clearResourceTimings(); performance.setResourceTimingBufferSize(5000); true")
     timings: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(7):
         for enabled in (True, False):
