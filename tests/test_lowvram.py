@@ -367,6 +367,15 @@ def test_seq_threshold_skips_short_sequences():
     assert {s[0] for s in seen.shapes if len(s) == 2 and s[-1] == 2 * FFN and s[0] != HIDDEN} == {30}
 
 
+@pytest.mark.parametrize(("tokens", "rows"), [(63, {63}), (64, {16}), (65, {17, 16})])
+def test_seq_threshold_boundary_chunks_at_exactly_the_threshold(tokens, rows):
+    # Documented: sequences SHORTER than seq_threshold run whole; one of exactly seq_threshold tokens is chunked.
+    patched, _ = _patch(_h3(), chunks=4, seq_threshold=64)
+    with Allocations() as seen:
+        _run_h3(patched, h3_inputs(tokens=tokens))
+    assert {s[0] for s in seen.shapes if len(s) == 2 and s[-1] == 2 * FFN and s[0] != HIDDEN} == rows
+
+
 # --------------------------------------------------------------------------------------- LTX
 
 
