@@ -381,32 +381,6 @@ def _fit_scale(positions: dict, sizes: dict) -> float:
     return round(max(0.6, min(1.0, 1500 / width, 850 / height)), 2)
 
 
-# ---------------------------------------------------------------- UI -> API
-def ui_to_api(workflow: dict, schemas: dict) -> dict:
-    """The API graph the frontend would queue for a UI-format workflow (every widget value included)."""
-    by_link = {link[0]: link for link in workflow["links"]}
-    ui_to_api_id = {n["id"]: n.get("properties", {}).get("h3kit_api_id", str(n["id"])) for n in workflow["nodes"]}
-    graph: dict[str, dict] = {}
-    for node in workflow["nodes"]:
-        info = schemas[node["type"]]
-        inputs: dict[str, Any] = {}
-        linked_names = {s["name"] for s in node["inputs"] if s.get("link") is not None}
-        slot_names = {s["name"] for s in node["inputs"]}
-        widgets = widget_layout(info, {name: None for name in slot_names})
-        for widget, value in zip(widgets, node.get("widgets_values", []), strict=True):
-            if widget.is_value and widget.name not in linked_names:
-                inputs[widget.name] = value
-        for slot in node["inputs"]:
-            if slot.get("link") is not None:
-                _link_id, origin, origin_slot, _target, _target_slot, _type = by_link[slot["link"]]
-                inputs[slot["name"]] = [ui_to_api_id[origin], origin_slot]
-        api_node = {"inputs": inputs, "class_type": node["type"]}
-        if node.get("title"):
-            api_node["_meta"] = {"title": node["title"]}
-        graph[ui_to_api_id[node["id"]]] = api_node
-    return graph
-
-
 # ---------------------------------------------------------------- thumbnails
 def stage_summary(graph: dict) -> list[tuple[str, list[str]]]:
     """[(stage title, [node titles in dependency order])] in pipeline order, for the thumbnail."""

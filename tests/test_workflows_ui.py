@@ -6,6 +6,7 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from h3kit.scripts import schemas as schema_src
@@ -22,6 +23,33 @@ TITLE_BAR = 30  # litegraph draws the title above `pos`
 @pytest.fixture(scope="module")
 def schemas() -> dict:
     return schema_src.offline_schemas()
+
+
+def ui_to_api(workflow: dict, schemas: dict) -> dict:
+    """The API graph the frontend would queue for a UI-format workflow (every widget value included).
+
+    Test-only (issue 16): the inverse of the generator, used to prove the UI copies round-trip."""
+    by_link = {link[0]: link for link in workflow["links"]}
+    ui_to_api_id = {n["id"]: n.get("properties", {}).get("h3kit_api_id", str(n["id"])) for n in workflow["nodes"]}
+    graph: dict[str, dict] = {}
+    for node in workflow["nodes"]:
+        info = schemas[node["type"]]
+        inputs: dict[str, Any] = {}
+        linked_names = {s["name"] for s in node["inputs"] if s.get("link") is not None}
+        slot_names = {s["name"] for s in node["inputs"]}
+        widgets = wui.widget_layout(info, {name: None for name in slot_names})
+        for widget, value in zip(widgets, node.get("widgets_values", []), strict=True):
+            if widget.is_value and widget.name not in linked_names:
+                inputs[widget.name] = value
+        for slot in node["inputs"]:
+            if slot.get("link") is not None:
+                _link_id, origin, origin_slot, _target, _target_slot, _type = by_link[slot["link"]]
+                inputs[slot["name"]] = [ui_to_api_id[origin], origin_slot]
+        api_node = {"inputs": inputs, "class_type": node["type"]}
+        if node.get("title"):
+            api_node["_meta"] = {"title": node["title"]}
+        graph[ui_to_api_id[node["id"]]] = api_node
+    return graph
 
 
 def _api(name: str) -> dict:
@@ -62,7 +90,7 @@ def test_no_api_format_file_directly_in_workflows():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_ui_file_round_trips_to_its_api_graph(schemas, name):
-    source, back = _api(name), wui.ui_to_api(_ui(name), schemas)
+    source, back = _api(name), ui_to_api(_ui(name), schemas)
     assert set(back) == set(source)
     for node_id, node in source.items():
         got = back[node_id]
@@ -183,7 +211,7 @@ def test_autogrow_slots_are_sockets_named_by_their_api_key(schemas):
     ref = next(n for n in ui["nodes"] if n["id"] == 4)
     slots = {s["name"]: s for s in ref["inputs"]}
     assert slots["ref_images.ref_image_0"]["link"] is not None and "widget" not in slots["ref_images.ref_image_0"]
-    assert wui.ui_to_api(ui, schemas)["4"]["inputs"]["ref_images.ref_image_1"] == ["2", 0]
+    assert ui_to_api(ui, schemas)["4"]["inputs"]["ref_images.ref_image_1"] == ["2", 0]
 
 
 def test_unknown_node_type_is_named_with_the_fix(schemas):
@@ -200,7 +228,7 @@ def test_non_numeric_api_ids_survive_the_round_trip(schemas):
     }
     ui = wui.api_to_ui("probe", graph, schemas)
     assert all(isinstance(n["id"], int) for n in ui["nodes"])
-    assert wui.ui_to_api(ui, schemas)["out"]["inputs"]["images"] == ["src", 0]
+    assert ui_to_api(ui, schemas)["out"]["inputs"]["images"] == ["src", 0]
 
 
 @pytest.mark.parametrize("name", NAMES)
