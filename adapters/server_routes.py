@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.environment import local_checks
+from ..checks.graph import is_link
 from ..checks.problem import FAIL, PASS, WARN, Check
 from ..checks.schemas import class_info, providing_pack
 from ..checks.server import comfyui_version_check
+from ..checks.validator import declared_inputs
 from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
 from ..nodes.common import LOG, log_once
 from .host import comfyui_version, host_loaded, host_module
@@ -67,8 +69,25 @@ def check_item(check: Check) -> dict[str, Any]:
 def preflight_checks(graph: dict, host: HostView) -> list[Check]:
     """The graph on `host`: nodes it lacks (F35), schema checks and every rule, model files and their headers,
     then the server's environment."""
+    graph = without_frontend_widgets(graph, host.schemas)
     found = graph_checks(graph, host.schemas, host.locate, host.node_ids, host.disabled, pack_of=host.pack_of)
     return [*host.notes, *found, *host.environment(graph)]
+
+
+def without_frontend_widgets(graph: dict, schemas: Mapping[str, dict]) -> dict:
+    """The graph without literal inputs the node's schema does not declare. The editor sends the values of its
+    own display widgets with the node's inputs (frontend 1.40 adds `preview` and `previewMode` to PreviewAny) and
+    ComfyUI ignores them; a user cannot type an undeclared input in the editor, so here they are no typo to report
+    (`validate` on a file still reports them). Links are kept: the frontend never wires an undeclared input."""
+    kept = {}
+    for node_id, node in graph.items():
+        info = schemas.get(node.get("class_type")) if isinstance(node, dict) else None
+        inputs = node.get("inputs") if info else None
+        if isinstance(inputs, dict):
+            declared = declared_inputs(info)
+            node = {**node, "inputs": {k: v for k, v in inputs.items() if k in declared or is_link(v)}}
+        kept[node_id] = node
+    return kept
 
 
 def with_absent_nodes(graph: dict, absent: Any) -> dict:
@@ -123,15 +142,27 @@ def machine_checks() -> tuple[Check, ...]:
     return tuple(local_checks())
 
 
+def served_node_classes() -> Mapping[str, type]:
+    """The node classes this server serves at /object_info. Comfy-Org ComfyUI keeps them in
+    ``nodes.NODE_CLASS_MAPPINGS``; the installable fork on its ``PromptServer.instance.nodes``, and its ``nodes``
+    module is a shim that lists only the base nodes outside a running prompt (no custom node, no V3 node such as
+    PreviewAny), so reading the shim in a route would report H3Kit's own nodes as not installed."""
+    prompt_server = getattr(getattr(host_module("server"), "PromptServer", None), "instance", None)
+    served = getattr(getattr(prompt_server, "nodes", None), "NODE_CLASS_MAPPINGS", None)
+    if isinstance(served, Mapping) and served:
+        return served
+    return host_module("nodes").NODE_CLASS_MAPPINGS
+
+
 def server_environment(graph: dict) -> list[Check]:
-    return [comfyui_version_check(comfyui_version(), graph), *machine_checks()]
+    return [comfyui_version_check(comfyui_version(), graph, set(served_node_classes())), *machine_checks()]
 
 
 def comfyui_host(graph: dict) -> HostView:
     from ..nodes import DISABLED_NODES
     from ..nodes.preflight import host_locator, pack_of
 
-    registered = host_module("nodes").NODE_CLASS_MAPPINGS
+    registered = served_node_classes()
     types = [n.get("class_type") for n in graph.values() if isinstance(n.get("class_type"), str)]
     schemas, notes = node_schemas(registered, types)
     return HostView(schemas, set(registered), host_locator(), DISABLED_NODES, pack_of, server_environment, notes)

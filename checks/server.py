@@ -41,10 +41,11 @@ def native_h3_nodes() -> frozenset[str]:
 
 
 def _running_host_node_ids() -> set[str] | None:
-    """Inside ComfyUI: the ids its node registry holds (never imports ComfyUI)."""
+    """Inside ComfyUI: the ids its node registry holds (never imports ComfyUI). The installable fork's registry
+    is a Mapping shim, not a dict (complete while a prompt runs, which is when the H3KitPreflight node asks)."""
     module = sys.modules.get("nodes") if host_loaded("nodes") else None
     mappings = getattr(module, "NODE_CLASS_MAPPINGS", None)
-    return set(mappings) if isinstance(mappings, dict) else None
+    return set(mappings) if isinstance(mappings, Mapping) else None
 
 
 def comfyui_version_check(version: str | None, graph: dict | None,

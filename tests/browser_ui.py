@@ -4,10 +4,16 @@ One `Editor` per page. Where frontends differ it branches on what the page itsel
 (`window.__COMFYUI_FRONTEND_VERSION__`) or the presence of the newer UI's test ids. Known differences:
 - templates: 1.27 lists pack templates under "Custom Nodes" (PrimeVue listbox, `.template-card`); 1.58 under
   "Extensions" (`[data-testid=template-workflow-<name>]`).
-- missing nodes: 1.27 opens a dialog listing them; 1.58 shows an "N issues found" overlay whose "View details"
-  opens the Issues tab (`[data-testid=error-group-missing-node]`), and loads what it can of an API file.
+- missing nodes: 1.27 and 1.40 open a dialog listing them; 1.58 shows an "N issues found" overlay whose "View
+  details" opens the Issues tab (`[data-testid=error-group-missing-node]`), and loads what it can of an API file.
 - toasts: 1.27 PrimeVue `.p-toast-message-<severity>`; 1.58 `li[data-testid=toast][data-toast-kind]`.
 Playwright drives the system Chromium (never a downloaded one).
+
+Offline machines: a host's frontend extension may load a script from a CDN and wait for it before the editor
+finishes loading (the installable 0.12.1 fork's `eval_python.js` awaits the Ace editor from cdn.jsdelivr.net and
+never settles when that fails). H3KIT_BROWSER_CDN_MIRROR names a folder laid out as `<host>/<path>` from which such
+https requests are answered, so the page gets the same file a browser with internet gets; without it, an editor
+that stays blocked by an unreachable script raises `EditorBlocked` naming the URL and the extension that waits.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -25,6 +32,10 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 APP = "(window.app ?? window.comfyAPI?.app?.app)"
 READY = f"!!({APP} && {APP}.graph && window.LiteGraph && ({APP}.vueAppReady ?? true))"
 PREFLIGHT_DIALOG = "[data-testid=h3kit-preflight-dialog]"
+TEMPLATE_CARDS = "[data-testid^='template-workflow-']"  # 1.40 and 1.58; 1.27: .template-card
+CDN_MIRROR_ENV = "H3KIT_BROWSER_CDN_MIRROR"
+LOAD_TIMEOUT_S = 180
+BLOCKED_GRACE_S = 45  # an unreachable script that something awaits: give up this long after it failed
 
 # In-page probes: the graph read back through the frontend's own serialisation; dialogs and error toasts
 # of either UI generation.
@@ -81,6 +92,37 @@ def launch_chromium(playwright):
                                       args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
 
 
+def new_context(browser, viewport: dict | None = None):
+    """A browser context that answers https requests from H3KIT_BROWSER_CDN_MIRROR where it has the file."""
+    context = browser.new_context(viewport=viewport or {"width": 1600, "height": 1000})
+    mirror = os.environ.get(CDN_MIRROR_ENV)
+    if mirror:
+        root = Path(mirror).resolve()
+        context.route("https://**/*", lambda route: _answer_from_mirror(route, root))
+    return context
+
+
+def mirrored_file(url: str, root: Path) -> Path | None:
+    """`root/<host>/<path>` for an https URL, or None when absent or outside `root` (a URL never leaves it)."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return None
+    local = (root / parts.hostname / unquote(parts.path).lstrip("/")).resolve()
+    return local if local.is_relative_to(root) and local.is_file() else None
+
+
+def _answer_from_mirror(route, root: Path) -> None:
+    local = mirrored_file(route.request.url, root)
+    if local is None:
+        route.continue_()  # as a user's browser would: the network answers, or the request fails
+    else:
+        route.fulfill(path=str(local))
+
+
+class EditorBlocked(Exception):
+    """The editor never finished loading because a script it waits for could not be fetched."""
+
+
 def parse_version(text: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in (text or "0").split(".")[:3] if p.isdigit())
 
@@ -93,7 +135,13 @@ class Editor:
         page.on("request", self._record)
         self.page_errors: list[str] = []
         page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
+        self.failed_scripts: list[tuple[float, str, str]] = []  # (time, url, reason) of scripts from elsewhere
+        page.on("requestfailed", self._record_failure)
         self.open()
+
+    def _record_failure(self, request) -> None:
+        if request.resource_type == "script" and not request.url.startswith(self.url):
+            self.failed_scripts.append((time.monotonic(), request.url, request.failure or "failed"))
 
     def _record(self, request) -> None:
         path = request.url.removeprefix(self.url)
@@ -102,24 +150,37 @@ class Editor:
 
     def open(self) -> None:
         self.page.goto(self.url)
-        try:
-            self.page.wait_for_function(READY, timeout=180_000)
-        except Exception as exc:  # noqa: BLE001 - playwright's TimeoutError; say which frontend never came up
-            version = self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__ ?? 'unknown'")
-            raise AssertionError(f"frontend {version} at {self.url} did not finish loading within 180 s "
-                                 f"(app.graph never set); page errors: {self.page_errors[:3]}") from exc
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        while not self.page.evaluate(READY):
+            if self.failed_scripts and time.monotonic() - self.failed_scripts[0][0] > BLOCKED_GRACE_S:
+                raise EditorBlocked(self._blocked_reason())
+            if time.monotonic() > deadline:
+                version = self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__ ?? 'unknown'")
+                raise AssertionError(f"frontend {version} at {self.url} did not finish loading within "
+                                     f"{LOAD_TIMEOUT_S} s (app.graph never set); page errors: {self.page_errors[:3]}")
+            self.page.wait_for_timeout(500)
         self.page.evaluate(PAGE_HELPERS)
         self.version = parse_version(self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__"))
         self.page.keyboard.press("Escape")  # a first-run template dialog, if any
 
+    def _blocked_reason(self) -> str:
+        _, url, failure = self.failed_scripts[0]
+        waiting = [name for name in self.page.evaluate("fetch('/api/extensions').then(r => r.json())")
+                   if url in self.page.request.get(self.url + name).text()]
+        version = self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__ ?? 'unknown'")
+        return (f"frontend {version} at {self.url} never finished loading: the page could not fetch {url} ({failure}) "
+                f"and the host's extension {', '.join(waiting) or '(none names it)'} waits for it; a browser without "
+                f"access to {urlsplit(url).hostname} hangs the same way (README, Troubleshooting). To test this host "
+                f"offline, set {CDN_MIRROR_ENV} to a folder holding {urlsplit(url).hostname}{urlsplit(url).path}")
+
     @property
     def pack_section(self) -> str:
         """Where the template browser lists custom-node templates."""
-        return "Extensions" if self.issues_panel else "Custom Nodes"
+        return "Extensions" if self.newer_ui else "Custom Nodes"
 
     @property
-    def issues_panel(self) -> bool:
-        """The newer UI reports missing nodes in an Issues tab instead of a dialog."""
+    def newer_ui(self) -> bool:
+        """The reworked template browser (1.40 on); the README's screenshots come from the older UI."""
         return self.version >= (1, 40)
 
     def js(self, expression: str, arg=None):
@@ -154,6 +215,8 @@ class Editor:
     def open_template(self, module: str, name: str) -> None:
         """The user's path: Templates -> the pack's entry (Custom Nodes / Extensions) -> the template's card."""
         self.js("() => { app.extensionManager.command.execute('Comfy.BrowseTemplates'); }")
+        # the browser fills in once the host's template index is read: seconds on a loaded 2-core machine
+        self.page.locator(f"{TEMPLATE_CARDS}, .template-card").first.wait_for(state="attached", timeout=60_000)
         entry = self.page.locator(".p-dialog li.p-listbox-option, [role=dialog] *, [data-reka-dialog-content] *") \
             .get_by_text(module, exact=True).first
         try:
@@ -173,12 +236,11 @@ class Editor:
 
     # ------------------------------------------------------------------ what the frontend reports
     def missing_node_report(self, state: dict) -> str:
-        """The text in which the frontend names missing nodes: the 1.27 dialog, or the newer Issues tab."""
-        if not self.issues_panel:
-            return "\n".join(state["dialogs"])
+        """The text in which the frontend names missing nodes: the Issues tab behind "View details" where the page
+        offers one (1.58), else the dialog (1.27 and 1.40 both open one, so the page decides, not the version)."""
         details = self.page.get_by_text("View details")
         if not details.count():
-            return ""
+            return "\n".join(state["dialogs"])
         details.first.click()
         group = self.page.locator("[data-testid=error-group-missing-node]")
         group.first.wait_for(timeout=10_000)

@@ -11,6 +11,7 @@ import json
 import sys
 import types
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from re import compile as regex
 
@@ -192,6 +193,64 @@ def test_a_node_whose_schema_raises_is_named_and_the_rest_checked():
     assert list(schemas) == ["Fine"] and schemas["Fine"]["input"]["required"]["width"][0] == "INT"
     assert [n.status for n in notes] == ["WARN"] and "Broken" in notes[0].detail and "IndexError" in notes[0].detail
 
+
+
+class _BaseNodesOnly(Mapping):
+    """Like the installable fork's `nodes` shim outside a running prompt: only the base nodes."""
+
+    def __init__(self, names):
+        self._names = {name: type(name, (), {}) for name in names}
+
+    def __getitem__(self, name):
+        return self._names[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+
+def test_the_route_reads_the_nodes_the_server_serves_not_the_forks_base_node_shim(monkeypatch):
+    """On the installable 0.12.1 fork `nodes.NODE_CLASS_MAPPINGS` lists only base nodes outside a prompt; the
+    served ones (H3Kit's, V3 nodes like PreviewAny) live on PromptServer.instance.nodes. Found in tier (d): the
+    editor's Run stopped at "H3KitTestPattern is not registered on this host" for the pack's own demo."""
+    from h3kit.nodes import NODE_CLASS_MAPPINGS as OWN
+
+    graph = shipped("h3kit_handoff_demo")
+    served = {n["class_type"]: OWN.get(n["class_type"], object) for n in graph.values()}
+    fake_nodes = types.ModuleType("nodes")
+    fake_nodes.NODE_CLASS_MAPPINGS = _BaseNodesOnly(["KSampler", "PreviewImage"])
+    fake_server = types.ModuleType("server")
+    fake_server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(
+        nodes=types.SimpleNamespace(NODE_CLASS_MAPPINGS=served)))
+    monkeypatch.setitem(sys.modules, "nodes", fake_nodes)
+    monkeypatch.setitem(sys.modules, "server", fake_server)
+    assert server_routes.served_node_classes() is served
+    host = server_routes.comfyui_host(graph)
+    assert host.node_ids == set(served) and "H3KitTestPattern" in host.schemas
+    report = server_routes.preflight_report(graph, lambda g: server_routes.HostView(
+        host.schemas, host.node_ids, pack_of=providing_pack))
+    assert [c for c in report["checks"] if c["check"] == "nodes" and c["status"] == FAIL] == []
+    # Comfy-Org layout: no `nodes` on the PromptServer, the module's dict is the registry
+    fake_server.PromptServer.instance = types.SimpleNamespace(routes=None)
+    fake_nodes.NODE_CLASS_MAPPINGS = served
+    assert server_routes.served_node_classes() is served
+
+
+def test_values_of_the_editors_own_widgets_are_not_reported_as_typos():
+    """Frontend 1.40 queues PreviewAny with its display widgets' values (`preview`, `previewMode`), which the node
+    does not declare and ComfyUI ignores: no warning from the editor's check (found in tier (d) on 0.12.1), while
+    `validate` on a file still names an undeclared input."""
+    graph = shipped("h3kit_handoff_demo")
+    previews = [k for k, n in graph.items() if n["class_type"] == "PreviewAny"]
+    assert previews and "PreviewAny" in SCHEMAS
+    for node_id in previews:
+        graph[node_id]["inputs"].update(preview="", previewMode=False)
+    assert report_for(graph) == report_for(shipped("h3kit_handoff_demo"))
+    assert any("input not declared" in p.message for p in validate_graph(graph, SCHEMAS))
+    linked = {**graph, previews[0]: {**graph[previews[0]], "inputs": {**graph[previews[0]]["inputs"], "extra": ["1", 0]}}}
+    assert server_routes.without_frontend_widgets(linked, SCHEMAS)[previews[0]]["inputs"]["extra"] == ["1", 0]
 
 # --- through HTTP, registered on a stand-in PromptServer --------------------------------------------
 
