@@ -123,6 +123,19 @@ class EditorBlocked(Exception):
     """The editor never finished loading because a script it waits for could not be fetched."""
 
 
+class EditorBroken(EditorBlocked):
+    """The editor loaded but could not register every node type the server serves (a host/frontend mismatch)."""
+
+
+# served node types the frontend did not register, and served definitions whose python_module is not a string
+UNREGISTERED = """async () => {
+  const served = await (await fetch('/api/object_info')).json();
+  const registered = LiteGraph.registered_node_types;
+  return [Object.keys(served).filter(t => !(t in registered)),
+          Object.keys(served).filter(t => typeof served[t].python_module !== 'string')];
+}"""
+
+
 def parse_version(text: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in (text or "0").split(".")[:3] if p.isdigit())
 
@@ -137,6 +150,8 @@ class Editor:
         page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
         self.failed_scripts: list[tuple[float, str, str]] = []  # (time, url, reason) of scripts from elsewhere
         page.on("requestfailed", self._record_failure)
+        self.console_errors: list[str] = []
+        page.on("console", lambda message: message.type == "error" and self.console_errors.append(message.text))
         self.open()
 
     def _record_failure(self, request) -> None:
@@ -161,6 +176,14 @@ class Editor:
             self.page.wait_for_timeout(500)
         self.page.evaluate(PAGE_HELPERS)
         self.version = parse_version(self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__"))
+        unregistered, no_module = self.page.evaluate(UNREGISTERED)
+        if unregistered:
+            thrown = next((e.splitlines()[0] for e in self.console_errors if "Error" in e), "nothing")
+            raise EditorBroken(
+                f"frontend {'.'.join(map(str, self.version))} at {self.url} registered {len(unregistered)} of the node "
+                f"types this server serves not at all ({', '.join(sorted(unregistered)[:8])}); the page logged: "
+                f"{thrown}; served definitions without a python_module string: {', '.join(no_module) or 'none'}. "
+                "Graphs and templates do not load reliably in this editor (README, Troubleshooting)")
         self.page.keyboard.press("Escape")  # a first-run template dialog, if any
 
     def _blocked_reason(self) -> str:
@@ -235,12 +258,19 @@ class Editor:
         card.click()
 
     # ------------------------------------------------------------------ what the frontend reports
-    def missing_node_report(self, state: dict) -> str:
+    def missing_node_report(self, expected: bool) -> str:
         """The text in which the frontend names missing nodes: the Issues tab behind "View details" where the page
-        offers one (1.58), else the dialog (1.27 and 1.40 both open one, so the page decides, not the version)."""
+        offers one (1.58), else the dialog (1.27 and 1.40 both open one, so the page decides, not the version).
+        `expected`: wait for the report first (1.40 opens its dialog seconds after a large graph is on the canvas)."""
+        if expected:
+            try:
+                self.page.wait_for_function(
+                    "__h3.dialogs().length > 0 || document.body.innerText.includes('View details')", timeout=15_000)
+            except PlaywrightTimeout:
+                pass  # no report at all: the caller's assertion names what it lacks
         details = self.page.get_by_text("View details")
         if not details.count():
-            return "\n".join(state["dialogs"])
+            return "\n".join(self.js("__h3.dialogs()"))
         details.first.click()
         group = self.page.locator("[data-testid=error-group-missing-node]")
         group.first.wait_for(timeout=10_000)

@@ -145,7 +145,7 @@ def _link_count(graph: dict) -> int:
 
 def _assert_only_missing_nodes_reported(editor: Editor, state: dict, unknown: set[str], name: str) -> None:
     assert state["toasts"] == [], f"{name}: error toast(s): {state['toasts']}"
-    report = editor.missing_node_report(state)
+    report = editor.missing_node_report(expected=bool(unknown))
     if not unknown:
         assert report == "" and state["dialogs"] == [], f"{name}: unexpected report: {report} {state['dialogs']}"
         return
