@@ -124,7 +124,7 @@ class EditorBlocked(Exception):
 
 
 class EditorBroken(EditorBlocked):
-    """The editor loaded but could not register every node type the server serves (a host/frontend mismatch)."""
+    """The editor loaded but threw while registering the node types the server serves (a host/frontend mismatch)."""
 
 
 # served node types the frontend did not register, and served definitions whose python_module is not a string
@@ -176,14 +176,16 @@ class Editor:
             self.page.wait_for_timeout(500)
         self.page.evaluate(PAGE_HELPERS)
         self.version = parse_version(self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__"))
-        unregistered, no_module = self.page.evaluate(UNREGISTERED)
+        # a frontend may leave some types out by design (1.40 registers no Load3D/Preview3D/SaveGLB here and
+        # works); broken is when registering the served definitions threw
+        thrown = [e.splitlines()[0] for e in self.console_errors if "registerNodeDef" in e]
+        unregistered, no_module = self.page.evaluate(UNREGISTERED) if thrown else ([], [])
         if unregistered:
-            thrown = next((e.splitlines()[0] for e in self.console_errors if "Error" in e), "nothing")
             raise EditorBroken(
-                f"frontend {'.'.join(map(str, self.version))} at {self.url} registered {len(unregistered)} of the node "
-                f"types this server serves not at all ({', '.join(sorted(unregistered)[:8])}); the page logged: "
-                f"{thrown}; served definitions without a python_module string: {', '.join(no_module) or 'none'}. "
-                "Graphs and templates do not load reliably in this editor (README, Troubleshooting)")
+                f"frontend {'.'.join(map(str, self.version))} at {self.url} threw while registering this server's "
+                f"node definitions ({thrown[0]}); not registered: {', '.join(sorted(unregistered)[:8])}; served "
+                f"definitions without a python_module string: {', '.join(no_module) or 'none'}. Graphs and templates "
+                "do not load reliably in this editor (README, Troubleshooting)")
         self.page.keyboard.press("Escape")  # a first-run template dialog, if any
 
     def _blocked_reason(self) -> str:
