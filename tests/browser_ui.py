@@ -178,9 +178,9 @@ class Editor:
         self.version = parse_version(self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__"))
         # a frontend may leave some types out by design (1.40 registers no Load3D/Preview3D/SaveGLB here and
         # works); broken is when registering the served definitions threw
+        unregistered, no_module = self.page.evaluate(UNREGISTERED)  # also time for the console to report
         thrown = [e.splitlines()[0] for e in self.console_errors if "registerNodeDef" in e]
-        unregistered, no_module = self.page.evaluate(UNREGISTERED) if thrown else ([], [])
-        if unregistered:
+        if unregistered and thrown:
             raise EditorBroken(
                 f"frontend {'.'.join(map(str, self.version))} at {self.url} threw while registering this server's "
                 f"node definitions ({thrown[0]}); not registered: {', '.join(sorted(unregistered)[:8])}; served "

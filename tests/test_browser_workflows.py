@@ -8,7 +8,9 @@ chromium`, or H3KIT_CHROMIUM=/path); playwright never downloads one. Skipped, wi
 Screenshots go to test-artifacts/browser/ (H3KIT_BROWSER_ARTIFACTS overrides it); the measured preflight
 latency to test-artifacts/browser/preflight-latency.json. An editor that never loads because a host extension waits
 for a script this machine cannot fetch skips its tests with that URL and extension named (tests/browser_ui.py:
-EditorBlocked; H3KIT_BROWSER_CDN_MIRROR serves such files offline); any other load failure fails.
+EditorBlocked; H3KIT_BROWSER_CDN_MIRROR serves such files offline), and so does one whose frontend throws while
+registering the host's node definitions (EditorBroken: frontend 1.58.1 on the installable 0.12.1); any other load
+failure fails.
 """
 
 from __future__ import annotations
