@@ -141,3 +141,22 @@ def test_auto_names_layers_whose_head_dim_may_give_narrow_slices():
     assert note.startswith("transformer_blocks.0.attn1, ") and note.endswith(
         "head_dim 8: if auto splits these layers into groups whose to_v row slices are not a multiple of 16 rows, "
         "v is projected whole (not bitwise otherwise)")
+
+
+@pytest.mark.parametrize("heads, dim_head, groups, narrow_rows", [
+    (2, 8, 2, "8"),          # the tiny LTXAV's audio layers
+    (3, 8, 2, "8"),          # groups of 16 and 8 rows: the second one decides
+    (5, 8, 2, "24"),         # 24 and 16 rows: 24 is not a multiple of 16
+    (2, 8, 1, ""),           # one group is the whole projection
+    (32, 128, 5, ""),        # LTX-2 video: 7/7/6/6/6 heads x 128 rows
+    (32, 64, 32, ""),        # LTX-2 audio, one head per group: 64 rows
+    (2, 16, 2, ""),
+])
+def test_narrow_slice_rule_table(heads, dim_head, groups, narrow_rows):
+    from h3kit.kernels import chunked
+
+    reason = chunked.narrow_slice_reason(heads, dim_head, groups)
+    if narrow_rows:
+        assert reason.startswith(f"to_v row slices of {narrow_rows} rows are not a multiple of 16 ")
+    else:
+        assert reason == ""
