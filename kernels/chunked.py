@@ -25,11 +25,6 @@ The auto rule (chunk count 0). budget = free device memory / 16, clamped to [128
 - FFN token chunks: one token takes t = (W + A)*elem bytes, W = the first projection's output width, A = the
   activation's output width (W/2 for H3's SwiGLU, W for LTX's GELU). S*t <= 2*budget or S below seq_threshold:
   1 chunk (the host's forward); otherwise chunks = ceil(S / max(1, budget // t)).
-- H3 blocks, when split at all, also keep every piece under 4/5 of one [S, hidden] activation: at most
-  floor(4/5*hidden / (4*head_dim)) heads per group (8 for H3) and at most floor(4/5*S*hidden / (W + A)) tokens per
-  FFN chunk (S/10 for H3). Why: x, the modulated h and the [S, heads*head_dim] attention output stay alive around
-  the pieces (3.33 activations for H3), so pieces of 0.8 keep the block near 4.1 activations, >= 3x below the host's
-  forward (12.67: its fused qkv and SwiGLU intermediates), at any S, not only once the byte budget binds.
 Counts are decided once per shape and dtype and then kept (nodes/lowvram.py), so the allocation pattern is the
 same every step.
 """
@@ -54,10 +49,6 @@ BUDGET_FREE_DIVISOR = 16
 WHOLE_FACTOR = 2  # a layer whose whole transient fits in 2 budgets is left to the host's forward
 ROPE_BLOCK_ELEMENTS = 1 << 22  # fp32 temporaries of the plain-torch norm+rope stay near 16 MiB each
 OUT_PROJ_ROWS = 8192
-# H3 blocks: one head group's q, k, v and output, or one FFN chunk's intermediates, stay under 4/5 of one [S, hidden]
-# activation. The block input x, the modulated h and the [S, heads*head_dim] attention output (4/3 of an activation
-# for H3) are alive meanwhile, so the block peaks near 3.33 + 0.8 activations, >= 3x below the host's 12.67.
-PIECE_NUM, PIECE_DEN = 4, 5
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,34 +74,25 @@ def transient_budget(free_bytes: int | None) -> int:
     return int(min(BUDGET_MAX, max(BUDGET_MIN, free_bytes // BUDGET_FREE_DIVISOR)))
 
 
-def auto_head_chunks(tokens: int, heads: int, head_dim: int, elem_size: int, free_bytes: int | None,
-                     hidden: int = 0) -> int:
-    """Head groups so one group's q, k, v and output (4*S*g*head_dim*elem bytes) fit the budget; 1 when all fit in 2.
-
-    With `hidden` (H3 blocks) a group's four tensors also stay under 4/5 of one [S, hidden] activation
-    (PIECE_NUM/PIECE_DEN): g*4*head_dim <= 4/5*hidden, whatever S is."""
+def auto_head_chunks(tokens: int, heads: int, head_dim: int, elem_size: int, free_bytes: int | None) -> int:
+    """Head groups so one group's q, k, v and output (4*S*g*head_dim*elem bytes) fit the budget; 1 when all fit in 2."""
     per_head = 4 * max(1, tokens) * head_dim * elem_size
     budget = transient_budget(free_bytes)
     if per_head * heads <= WHOLE_FACTOR * budget:
         return 1
     heads_per_group = max(1, budget // per_head)
-    if hidden:
-        heads_per_group = min(heads_per_group, max(1, hidden * PIECE_NUM // (PIECE_DEN * 4 * head_dim)))
     return max(1, min(heads, math.ceil(heads / heads_per_group)))
 
 
 def auto_ffn_chunks(tokens: int, per_token_width: int, elem_size: int, free_bytes: int | None,
-                    seq_threshold: int = 0, hidden: int = 0) -> int:
+                    seq_threshold: int = 0) -> int:
     """Token chunks so one chunk's projection + activation outputs (c*width*elem bytes) fit the budget; 1 when the
-    whole sequence fits in 2 budgets or is shorter than seq_threshold. With `hidden` (H3 blocks) a chunk also stays
-    under 4/5 of one [S, hidden] activation: c*width <= 4/5*S*hidden."""
+    whole sequence fits in 2 budgets or is shorter than seq_threshold."""
     per_token = per_token_width * elem_size
     budget = transient_budget(free_bytes)
     if tokens < max(1, seq_threshold) or tokens * per_token <= WHOLE_FACTOR * budget:
         return 1
     tokens_per_chunk = max(1, budget // per_token)
-    if hidden:
-        tokens_per_chunk = min(tokens_per_chunk, max(1, tokens * hidden * PIECE_NUM // (PIECE_DEN * per_token_width)))
     return max(1, min(tokens, math.ceil(tokens / tokens_per_chunk)))
 
 
@@ -340,7 +322,7 @@ def h3_attention(attn: Any, x: torch.Tensor, rope_freqs: torch.Tensor | None, gr
             slices.append(parts)
         out = None
         for (h0, h1), parts in zip(ranges, slices, strict=True):
-            q, k, v = group_qkv(inp, parts)
+            q, k, v = (F.linear(inp, w, b) for w, b in parts)
             o = attend(q, k, v, h1 - h0)
             if out is None:
                 out = torch.empty(seq, inner, dtype=o.dtype, device=o.device)
@@ -359,24 +341,6 @@ def h3_attention(attn: Any, x: torch.Tensor, rope_freqs: torch.Tensor | None, gr
         out[:, h0 * head_dim:h1 * head_dim] = attend(q, k, v, h1 - h0)
     del qkv
     return project_in_place(attn.out_proj, out), "whole", reason
-
-
-def group_qkv(inp: torch.Tensor, parts: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v [S, g*head_dim] of one head group from its three (weight rows, bias rows) slices.
-
-    Plain weights: one matmul on the group's q, k and v rows stacked, and q, k, v are column views of its
-    output, as they are of the host's fused buffer: the input is read once per group instead of three times
-    (the three separate matmuls cost the 37k-token H3 block ~1% on an H200, docs/benchmarks.md). The stacked
-    weight copy is freed before attention. Quantized slices keep one matmul each (the host's quantized op).
-    """
-    weights = [w for w, _ in parts]
-    if not all(type(w) in (torch.Tensor, torch.nn.Parameter) for w in weights):
-        return tuple(F.linear(inp, w, b) for w, b in parts)
-    stacked = torch.cat(weights)
-    bias = None if parts[0][1] is None else torch.cat([b for _, b in parts])
-    fused = F.linear(inp, stacked, bias)
-    del stacked
-    return fused.split(weights[0].shape[0], dim=-1)
 
 
 def _projection(layer: torch.nn.Module, x: torch.Tensor, out_features: int, grouped: Callable,

@@ -28,8 +28,7 @@ LTX_FFN_NAMES = ("ff", "audio_ff")
 AUTO_RULE = ("auto, decided once per shape: budget = free device memory / 16 clamped to [128 MiB, 512 MiB]; a layer "
              "whose whole transient fits in 2 budgets runs the host's own forward; else head_chunks = ceil(heads / "
              "max(1, budget // (4*tokens*head_dim*bytes))), ffn chunks = ceil(tokens / max(1, budget // "
-             "((proj_width + act_width)*bytes))); 1 below seq_threshold; H3 blocks, when split, also keep every piece "
-             "under 4/5 of one [tokens, hidden] activation (<= 8 heads per group, <= tokens/10 per FFN chunk)")
+             "((proj_width + act_width)*bytes))); 1 below seq_threshold")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,10 +207,10 @@ def _tokens(x: torch.Tensor) -> int:
     return x.shape[-2] if x.dim() > 2 else x.shape[0]
 
 
-def _auto_groups(planner: Planner, kind: str, x: torch.Tensor, heads: int, head_dim: int, hidden: int = 0) -> int:
+def _auto_groups(planner: Planner, kind: str, x: torch.Tensor, heads: int, head_dim: int) -> int:
     tokens = _tokens(x)
     return planner.count((kind, tokens, heads, head_dim, x.dtype, str(x.device)), lambda: chunked.auto_head_chunks(
-        tokens, heads, head_dim, x.element_size(), chunked.free_device_bytes(x.device), hidden), f"{kind} head groups")
+        tokens, heads, head_dim, x.element_size(), chunked.free_device_bytes(x.device)), f"{kind} head groups")
 
 
 class H3AttentionPatch:
@@ -226,7 +225,7 @@ class H3AttentionPatch:
     def __call__(self, x, rope_freqs=None, transformer_options=None):
         options = {} if transformer_options is None else transformer_options
         attn = self.module
-        groups = _auto_groups(self.planner, self.kind, x, attn.heads, attn.head_dim, hidden=x.shape[-1])
+        groups = _auto_groups(self.planner, self.kind, x, attn.heads, attn.head_dim)
         if groups <= 1:
             self.ledger.record(self.kind, "host (1 group)")
             return self.original(x, rope_freqs=rope_freqs, transformer_options=options)
@@ -319,8 +318,6 @@ class ChunkedFFNPatch:
     def __init__(self, inner: Any, module: Any, planner: Planner, ledger: Ledger, seq_threshold: int):
         self.inner, self.module, self.planner, self.ledger = inner, module, planner, ledger
         self.seq_threshold, self.width = seq_threshold, chunked.ffn_widths(module)
-        fc1 = getattr(module, "fc1", None)  # an H3 MLP: its pieces also stay under 4/5 of one activation (chunked.py)
-        self.hidden = int(getattr(fc1, "in_features", 0) or 0)
 
     def __call__(self, x, *args, **kwargs):
         dim = 0 if x.dim() == 2 else x.dim() - 2  # the token axis: [S, C] (H3) or [B, T, C] (LTX), never batch
@@ -334,7 +331,7 @@ class ChunkedFFNPatch:
             return self.inner(x, *args, **kwargs)
         width = self.width or x.shape[-1] * 8
         count = self.planner.count(("ffn", tokens, width, x.dtype, str(x.device)), lambda: chunked.auto_ffn_chunks(
-            tokens, width, x.element_size(), chunked.free_device_bytes(x.device), hidden=self.hidden), "ffn chunks")
+            tokens, width, x.element_size(), chunked.free_device_bytes(x.device)), "ffn chunks")
         if count <= 1:
             self.ledger.record(self.kind, "host (1 chunk)")
             return self.inner(x, *args, **kwargs)
