@@ -11,7 +11,7 @@ from typing import Any
 from .graph import well_formed
 from .problem import FAIL, PASS, Check, problem_check
 from .rules import RULES
-from .rules_files import model_inputs, safetensors_lint
+from .rules_files import model_input_keys, model_inputs, safetensors_lint
 from .schemas import providing_pack
 from .server import Disabled, missing_node_checks
 from .validator import PackLookup, load_graph_file, looks_like_ui_format, supersede, validate_graph
@@ -82,8 +82,12 @@ def preflight_checks(graph: dict, schemas: dict, locate: Locate | None, availabl
     shaped = well_formed(graph)  # malformed nodes are reported by workflow_checks' schema check
     checks = (missing_node_checks(shaped, available, disabled, pack_of)
               if schema_check and available is not None else [])
-    checks += workflow_checks(graph, schemas, locate, on_server=available is not None, schema_check=schema_check,
-                              pack_of=pack_of)
-    if schema_check and locate is not None:
+    files_checked = schema_check and locate is not None
+    # A model file the host lacks is one problem: missing_file_checks names it with the folder; the schema's
+    # "not in the list" for the same input would say it twice.
+    skip = model_input_keys(shaped, schemas) if files_checked else frozenset()
+    checks += workflow_checks(graph, schemas, locate, skip_inputs=skip, on_server=available is not None,
+                              schema_check=schema_check, pack_of=pack_of)
+    if files_checked:
         checks += missing_file_checks(shaped, schemas, locate)
     return checks

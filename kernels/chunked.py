@@ -362,6 +362,24 @@ def _projection(layer: torch.nn.Module, x: torch.Tensor, out_features: int, grou
 # ----------------------------------------------------------------------------------------------
 # LTX attention
 
+# A row slice of a weight gives the host's own numbers only when the matmul kernel sums each output the same way
+# for the slice as for the whole weight. CPU float32 GEMMs do not for narrow slices: F.linear with 1-11 output rows
+# (and 13-15 rows at one token) differs from the same rows of the whole product by ~3e-8..4e-6, while every multiple
+# of 16 rows (16..2048) was bitwise (torch 2.9.1 and 2.13.0 CPU, AMD EPYC, K 16..4096, M 1..3000; bf16/fp16 bitwise
+# at every width; docs/lowvram.md). Real LTX-2 groups are multiples of 64 rows (head_dim 128 video, 64 audio); a
+# narrower group is a toy-sized layer, so its v is projected whole on every device rather than risk other numbers.
+SLICE_ROW_MULTIPLE = 16
+
+
+def narrow_slice_reason(heads: int, dim_head: int, groups: int) -> str:
+    """Why per-group row slices of a [heads*dim_head, K] weight would not be exact ("" when they are all fine)."""
+    ranges = split_ranges(heads, groups)
+    narrow = sorted({(h1 - h0) * dim_head for h0, h1 in ranges if (h1 - h0) * dim_head % SLICE_ROW_MULTIPLE})
+    if len(ranges) == 1 or not narrow:
+        return ""
+    return (f"to_v row slices of {'/'.join(map(str, narrow))} rows are not a multiple of {SLICE_ROW_MULTIPLE} (such "
+            "narrow matmuls are not bitwise the whole projection); v projected whole, attention still per group")
+
 
 def ltx_attention(attn: Any, x: torch.Tensor, context: torch.Tensor | None, mask: Any, pe: Any, k_pe: Any,
                   groups: int, attention_fn: AttentionFn, rope_qk: Callable, row_slicer: RowSlicer,
@@ -370,7 +388,8 @@ def ltx_attention(attn: Any, x: torch.Tensor, context: torch.Tensor | None, mask
 
     q/k norms span all heads in LTX, so q and k are projected, normed and rotated whole by the host's own
     modules and RoPE function (`rope_qk(q, k, pe, k_pe)`, whatever format `pe` has); v is projected per group
-    from row slices of the host's effective to_v weight. Returns (output, path, reason) like `h3_attention`.
+    from row slices of the host's effective to_v weight, or whole when a group's slice is narrower than the rule
+    above allows. Returns (output, path, reason) like `h3_attention`.
     """
     heads, dim_head = attn.heads, attn.dim_head
     ctx = x if context is None else context
@@ -412,7 +431,11 @@ def ltx_attention(attn: Any, x: torch.Tensor, context: torch.Tensor | None, mask
         state["out"] = out
         return placeholder((*inp.shape[:-1], weight.shape[0]), out)
 
-    v, reason = _projection(attn.to_v, ctx, heads * dim_head, grouped, state)
+    narrow = narrow_slice_reason(heads, dim_head, groups)
+    if narrow:
+        v, reason = attn.to_v(ctx), narrow
+    else:
+        v, reason = _projection(attn.to_v, ctx, heads * dim_head, grouped, state)
     if v is None:
         qk.clear()
         return attn.to_out(state["out"]), "per_group", ""

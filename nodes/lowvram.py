@@ -424,6 +424,8 @@ class H3KitLowVRAMAttention:
         if found.family == "h3" and _ck is None:
             report.fallback("kitchen", f"{kitchen_origin}: q/k norm+RoPE in plain torch (not the host's fused kernel; "
                             "not bitwise equal to the host)")
+        for layers, why in _narrow_slice_notes(found, head_chunks):
+            report.fallback(f"narrow:{why}", f"{layers}: {why}")
         replacements = _block_replacements(patched)
         if replacements:
             report.warn(f"{replacements} block replacement patch(es) present: one that passes its own attention= "
@@ -463,6 +465,25 @@ def _rope_kernel(family: str, ck: Any, origin: str) -> str:
     if family == "ltx":
         return "the host module's own apply_rotary_emb"
     return origin if ck is not None else "plain torch"
+
+
+def _narrow_slice_notes(found: Structure, head_chunks: int) -> list[tuple[str, str]]:
+    """(layers, why) for LTX layers whose to_v row slices are too narrow to be exact (kernels/chunked.py rule)."""
+    if found.family != "ltx":
+        return []
+    by_reason: dict[str, list[str]] = {}
+    for target in found.attention:
+        heads, dim_head = target.module.heads, target.module.dim_head
+        if head_chunks:
+            why = chunked.narrow_slice_reason(heads, dim_head, head_chunks)
+        elif dim_head % chunked.SLICE_ROW_MULTIPLE:  # auto decides the groups per shape, later
+            why = (f"head_dim {dim_head}: if auto splits these layers into groups whose to_v row slices are not a "
+                   f"multiple of {chunked.SLICE_ROW_MULTIPLE} rows, v is projected whole (not bitwise otherwise)")
+        else:
+            why = ""
+        if why:
+            by_reason.setdefault(why, []).append(target.key.removeprefix("diffusion_model."))
+    return [(", ".join(keys), why) for why, keys in by_reason.items()]
 
 
 def _block_replacements(model: Any) -> int:

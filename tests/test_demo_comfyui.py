@@ -36,7 +36,9 @@ def test_startup_log_notes_an_optional_node_once_without_warning(comfyui_server)
         assert notes == []  # the host has sageattention: nothing to say
     else:
         assert len(notes) == 1 and "sageattention==1.0.6" in notes[0] and "Triton 3.2" in notes[0]
-    assert "WARNING" not in "\n".join(line for line in log.splitlines() if "H3Kit" in line)
+    # Start-up only: later, a host may log a rejected prompt that names an H3Kit class at WARNING (the 0.12.1 fork).
+    startup = log.split("To see the GUI go to", 1)[0]
+    assert "WARNING" not in "\n".join(line for line in startup.splitlines() if "H3Kit" in line)
 
 
 def test_run_prints_the_guard_warnings_of_a_successful_job(comfyui_server, tmp_path, capsys):

@@ -294,3 +294,15 @@ def test_the_extension_is_declared_and_its_route_matches():
     assert f'const ROUTE = "{server_routes.PREFLIGHT_ROUTE}"' in source
     assert [p.name for p in (PACK_ROOT / "web").glob("**/*.js")] == ["h3kit_preflight.js"]  # the host loads every .js
     assert "innerHTML" not in source  # server text goes in as text, never as markup
+
+
+def test_a_model_file_the_host_lacks_is_one_problem_not_two():
+    graph = shipped("h3_ltx_two_stage")
+    schemas = {**SCHEMAS, "UNETLoader": {**SCHEMAS["UNETLoader"], "input": {"required": {
+        "unet_name": [["someone_else.safetensors"], {}], "weight_dtype": [["default"], {}]}}}}
+    host = server_routes.HostView(schemas, set(schemas), locate=lambda folder, name: None)
+    report = server_routes.preflight_report(graph, lambda g: host)
+    loader = next(nid for nid, n in graph.items() if n["class_type"] == "UNETLoader")
+    about_it = [c for c in report["checks"] if c.get("node_id") == loader and "unet_name" in c["detail"]]
+    assert [(c["status"], c["check"]) for c in about_it] == [("FAIL", "model files")]
+    assert about_it[0]["fix"].startswith("put ") and "models/diffusion_models" in about_it[0]["fix"]

@@ -99,8 +99,10 @@ def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: st
     graph["27"]["inputs"]["name"] = "tiny_refine.safetensors"
     if lowvram:  # the shipped refiner link 25 -> 30 gets the two memory patches in between
         graph["m1"] = {"class_type": "H3KitLowVRAMAttention", "inputs": {"model": ["25", 0], "head_chunks": 2}}
+        # video FFN (96 tokens) in 4 chunks; the 12-token audio stream stays whole: CPU float32 matmuls of 3-token
+        # chunks are not bitwise the whole one (measured, docs/lowvram.md), and that is the FFN's rule, not this test's
         graph["m2"] = {"class_type": "H3KitChunkFeedForward",
-                       "inputs": {"model": ["m1", 0], "chunks": 4, "seq_threshold": 0}}
+                       "inputs": {"model": ["m1", 0], "chunks": 4, "seq_threshold": 64}}
         graph["m3"] = {"class_type": "PreviewAny", "inputs": {"source": ["m1", 1]}}
         graph["m4"] = {"class_type": "PreviewAny", "inputs": {"source": ["m2", 1]}}
         graph["30"]["inputs"]["model"] = ["m2", 0]
@@ -203,11 +205,22 @@ def saved_files_exist(server, prefix: str) -> bool:
 
 
 def test_lowvram_patches_on_real_ltxav_blocks_give_the_unpatched_output(ltx_host):
-    plain = run(ltx_host, prefix="plain")
-    patched = run(ltx_host, lowvram=True, prefix="patched")
+    """Video + audio refined together, so all six attention kinds run. head_chunks=2: the video layers (2 heads x 16)
+    take 16-row to_v slices per group; the audio-width ones (2 heads x 8) would take 8-row slices, which CPU float32
+    matmuls do not compute bitwise like the whole projection, so their v runs whole and the report says so."""
+    plain = run(ltx_host, prefix="plain", av=True)
+    patched = run(ltx_host, lowvram=True, prefix="patched", av=True)
     for entry in (plain, patched):
         assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:4000]
     attention, feed_forward = report_of(patched, "m3"), report_of(patched, "m4")
-    assert attention["status"] == "patched" and attention["layers_patched"] >= 6, attention  # attn1/2, audio, a2v, v2a
+    assert attention["status"] == "patched" and attention["layers_patched"] == 6, attention  # attn1/2, audio, a2v, v2a
     assert feed_forward["status"] == "patched", feed_forward
+    (narrow,) = attention["fallbacks"]
+    layers, why = narrow.split(": ", 1)
+    assert layers.split(", ") == [f"transformer_blocks.0.{name}" for name in
+                                  ("audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")]
+    assert why.startswith("to_v row slices of 8 rows are not a multiple of 16") and "v projected whole" in why
+    log = ltx_host.log()
+    assert "H3Kit low-VRAM LTX attention: per_group" in log  # the video layers really ran per group
+    assert "H3Kit low-VRAM LTX attention: whole: to_v row slices of 8 rows" in log
     assert torch.equal(refined_latent(ltx_host, patched), refined_latent(ltx_host, plain))

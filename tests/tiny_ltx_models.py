@@ -6,8 +6,10 @@ exact module layout, so the key names always match that host), never imported by
     <host python> tests/tiny_ltx_models.py --comfyui-dir DIR --models DIR [--dit healthy|garbage|nan]
 
 Files (ComfyUI's model folders under --models):
-- diffusion_models/tiny_ltxav_<dit>.safetensors: LTXAV (audio-video DiT), 1 layer, 2 heads x 8 for video and
-  audio, with its config in the safetensors metadata (without it, detection assumes 32 heads).
+- diffusion_models/tiny_ltxav_<dit>.safetensors: LTXAV (audio-video DiT), 1 layer, video 2 heads x 16, audio
+  2 heads x 8 (half the video head_dim, as in LTX-2: 128 / 64), with its config in the safetensors metadata
+  (without it, detection assumes 32 heads). With head_chunks=2 the video layers (attn1, attn2) take 16-row
+  to_v slices (per group) and the audio-width layers 8-row ones (too narrow to be exact: v whole, reported).
   healthy: small output projection (a refiner that changes little); garbage: a huge one (the output is
   dominated by the model, as with a wrong or corrupted refiner); nan: NaN weights in the block.
 - vae/tiny_ltx_video_vae.safetensors: the LTX-2 video VAE layout (x32 space, x8 time, 128 latent channels),
@@ -30,9 +32,9 @@ import torch
 
 SEED = 17
 DIT_CONFIG = {
-    "num_layers": 1, "num_attention_heads": 2, "attention_head_dim": 8,
+    "num_layers": 1, "num_attention_heads": 2, "attention_head_dim": 16,
     "audio_num_attention_heads": 2, "audio_attention_head_dim": 8,
-    "cross_attention_dim": 16, "audio_cross_attention_dim": 16, "caption_channels": 16,
+    "cross_attention_dim": 32, "audio_cross_attention_dim": 16, "caption_channels": 16,
     "in_channels": 128, "audio_in_channels": 128,
 }
 OUTPUT_GAIN = {"healthy": 0.01, "garbage": 300.0, "nan": 0.01}
