@@ -97,7 +97,7 @@ def variants(spec: str) -> list[tuple[str, int | None, int | None]]:
     return out
 
 
-def bench_h3(lowvram, fakes, cfg, device, dtype, quant, reps, warmup, spec):
+def bench_h3(lowvram, fakes, cfg, device, dtype, quant, reps, warmup, spec, phases=False):
     torch.manual_seed(0)
     with torch.device(device):
         net = fakes.H3Net(cfg["hidden"], cfg["heads"], cfg["head_dim"], cfg["ffn"], layers=1).to(dtype)
@@ -119,6 +119,8 @@ def bench_h3(lowvram, fakes, cfg, device, dtype, quant, reps, warmup, spec):
             patched_models[name] = patched
         runs = {name: (lambda p=p, i=inputs: p.run(i[0].clone(), *i[1:])) for name, p in patched_models.items()}
         results = timed(runs, device, reps, warmup)
+        if phases and device.type == "cuda":
+            rows += phase_rows(runs, model.model.diffusion_model.blocks[0], tokens, cfg["hidden"], dtype, quant)
         host_out, host_seconds, host_peak = results["host"][2], results["host"][0], results["host"][1]
         for name, (seconds, peak, out) in results.items():
             row = {"block": "H3", "dtype": str(dtype).replace("torch.", ""), "weights": quant, "tokens": tokens,
@@ -133,6 +135,140 @@ def bench_h3(lowvram, fakes, cfg, device, dtype, quant, reps, warmup, spec):
             print(json.dumps(row), flush=True)
         del results, host_out, runs, patched_models
     return rows
+
+
+PHASES = ("norm1", "attention", "norm2", "feed-forward", "end")
+
+
+def phase_rows(runs: dict, block, tokens: int, hidden: int, dtype, quant: str) -> list[dict]:
+    """One extra forward per variant with hooks on block.attn / block.mlp: peak and CUDA time of each phase
+    (norm1+modulation | attention | gate+norm2+modulation | feed-forward | gate), peaks also in units of one
+    [tokens, hidden] activation; then the tensors alive at the forward's peak (torch's memory history)."""
+    unit = tokens * hidden * torch.empty((), dtype=dtype).element_size()
+    rows = []
+    for name, run in runs.items():
+        marks: list = []
+
+        def mark(*_args, marks=marks):
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            marks.append((event, torch.cuda.max_memory_allocated()))
+            torch.cuda.reset_peak_memory_stats()
+        handles = [block.attn.register_forward_pre_hook(mark), block.attn.register_forward_hook(mark),
+                   block.mlp.register_forward_pre_hook(mark), block.mlp.register_forward_hook(mark)]
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        mark()
+        torch.cuda.memory._record_memory_history(stacks="python", max_entries=200_000)
+        out = run()
+        mark()
+        snapshot = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        torch.cuda.synchronize()
+        for handle in handles:
+            handle.remove()
+        del out
+        row = {"phases": name, "tokens": tokens, "weights": quant}
+        for i, phase in enumerate(PHASES):
+            (start, _), (stop, peak) = marks[i], marks[i + 1]
+            row[phase] = {"ms": round(start.elapsed_time(stop), 2), "peak_units": round((peak - base) / unit, 2)}
+        row["live_at_peak"] = live_at_peak(snapshot, unit)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def live_at_peak(snapshot: dict, unit: int) -> list[str]:
+    """Replays the allocator trace of one forward: the allocations alive when their sum was largest, in units,
+    each with the innermost frame of this repository that made it."""
+    live, total, best, best_live = {}, 0, -1, {}
+    for event in snapshot["device_traces"][0]:
+        if event["action"] == "alloc":
+            live[event["addr"]] = event
+            total += event["size"]
+        elif event["action"] == "free_completed" and event["addr"] in live:
+            total -= live.pop(event["addr"])["size"]
+        if total > best:
+            best, best_live = total, dict(live)
+    described = []
+    for event in sorted(best_live.values(), key=lambda e: -e["size"]):
+        if event["size"] < unit // 64:
+            continue
+        frames = [f for f in event.get("frames", []) if "/torch/" not in f["filename"]]
+        where = f"{Path(frames[0]['filename']).name}:{frames[0]['line']} {frames[0]['name']}" if frames else "?"
+        described.append(f"{event['size'] / unit:.3f} {where}")
+    return [f"total {best / unit:.3f}"] + described
+
+
+def bench_parts(cfg, tokens: int, device, dtype, reps: int, group_sizes=(56, 14, 8, 7, 5, 4, 2)) -> list[dict]:
+    """Where per-group attention spends time: each step of one H3 attention, done whole (56 heads: the host's
+    fused buffer and views) and in groups of g heads (what the head-group path runs: contiguous per-group
+    tensors), timed separately: the q/k/v projection GEMMs, the fused q/k norm+RoPE (comfy-kitchen), and the
+    attention (torch SDPA, the host's pytorch attention) with the copy into the [S, heads*head_dim] output."""
+    rows = []
+    for g in group_sizes:
+        row = {"parts": f"groups of {g} heads", "tokens": tokens, "groups": -(-cfg["heads"] // g)}
+        row.update(_part_timings(cfg, tokens, g, device, dtype, reps))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _part_timings(cfg, tokens: int, g: int, device, dtype, reps: int) -> dict:
+    import comfy_kitchen as ck
+    heads, dim, hidden, rot = cfg["heads"], cfg["head_dim"], cfg["hidden"], cfg["rot"]
+    inner = heads * dim
+    ranges = [(a, min(heads, a + g)) for a in range(0, heads, g)]
+    gen = torch.Generator(device=device).manual_seed(0)
+    h = torch.randn(tokens, hidden, device=device, dtype=dtype, generator=gen)
+    weight = torch.randn(3 * inner, hidden, device=device, dtype=dtype, generator=gen) / hidden ** 0.5
+    table = torch.randn(1, tokens, 1, rot // 2, 2, 2, device=device, dtype=dtype, generator=gen)
+    norm_w = torch.ones(dim, device=device, dtype=dtype)
+    width = 3 * g * dim if g < heads else 3 * inner
+    qkv = torch.randn(tokens, width, device=device, dtype=dtype, generator=gen)
+    out = torch.empty(tokens, inner, device=device, dtype=dtype)
+
+    def gemms():
+        if g >= heads:
+            torch.nn.functional.linear(h, weight)
+            return
+        for a, b in ranges:
+            for part in range(3):
+                torch.nn.functional.linear(h, weight[part * inner + a * dim:part * inner + b * dim])
+
+    def views(n):
+        """q, k, v [1, S, n, D]: strided views of the fused buffer (whole, as the host), else contiguous."""
+        if g >= heads:
+            return [qkv[:, i * inner:(i + 1) * inner].view(1, tokens, heads, dim) for i in range(3)]
+        flat, size = qkv.view(-1), tokens * n * dim
+        return [flat[i * size:(i + 1) * size].view(1, tokens, n, dim) for i in range(3)]
+
+    def rope():
+        for a, b in ranges:
+            q, k, _v = views(b - a)
+            ck.rms_rope_split_half_(q, k, table, norm_w, norm_w, epsilon=1e-5, rot_dim=rot)
+
+    def attention():
+        for a, b in ranges:
+            q, k, v = (t.transpose(1, 2) for t in views(b - a))
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            out[:, a * dim:b * dim] = o.transpose(1, 2).reshape(tokens, (b - a) * dim)
+
+    def clock(fn) -> float:
+        times = []
+        for i in range(reps + 1):
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            if i:
+                times.append(start.elapsed_time(end))
+        return statistics.median(times)
+    return {"qkv_gemms_ms": round(clock(gemms), 2), "norm_rope_ms": round(clock(rope), 2),
+            "attention_and_copy_ms": round(clock(attention), 2)}
 
 
 def bench_ltx(lowvram, fakes, cfg, device, dtype, reps, warmup):
@@ -209,6 +345,10 @@ def main() -> int:
     parser.add_argument("--tokens", help="comma list of H3 token counts (default: 10000,37000,108000)")
     parser.add_argument("--no-ltx", action="store_true", help="skip the LTX attention rows")
     parser.add_argument("--variants", default="auto,16/8", help="comma list: auto, or head_chunks/ffn_chunks (host always)")
+    parser.add_argument("--phases", action="store_true", help="also per-phase peak/time and the tensors alive at "
+                        "the peak (CUDA only)")
+    parser.add_argument("--parts", type=int, default=0, help="also time the steps of one attention, whole and per "
+                        "head group, at this many tokens (CUDA only)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write environment + rows here")
@@ -226,12 +366,15 @@ def main() -> int:
         h3["tokens"] = [int(t) for t in args.tokens.split(",")]
     for quant in args.weights.split(","):
         try:
-            rows += bench_h3(lowvram, fakes, h3, device, dtype, quant, args.reps, args.warmup, args.variants)
+            rows += bench_h3(lowvram, fakes, h3, device, dtype, quant, args.reps, args.warmup, args.variants,
+                             args.phases)
         except Exception as exc:  # noqa: BLE001 - a format the kitchen cannot run here is a result, reported
             rows.append({"block": "H3", "weights": quant, "error": f"{type(exc).__name__}: {exc}"[:400]})
             print(json.dumps(rows[-1]), flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    if args.parts:
+        rows += bench_parts(h3, args.parts, device, dtype, args.reps)
     if not args.no_ltx:
         rows += bench_ltx(lowvram, fakes, LTX_QUICK if args.quick else LTX_FULL, device, dtype, args.reps, args.warmup)
     if args.json:
