@@ -29,41 +29,35 @@ def compare(whole: torch.Tensor, parts: list[torch.Tensor], cut) -> tuple[bool, 
     return all(torch.equal(part, cut(whole, i)) for i, part in enumerate(parts)), max(diffs)
 
 
-def row_slices(rows: int, device: str, dtype: torch.dtype, gen: torch.Generator) -> tuple[int, int, float]:
+def exactness(shapes, split: str, size: int, device: str, dtype: torch.dtype, gen: torch.Generator):
+    """(cases, bitwise cases, worst |d|) over `shapes` = (tokens, out width N, K, groups); `split` "rows" cuts the
+    weight into groups of `size` output rows, "tokens" cuts the input into chunks of `size` tokens."""
     cases = exact = 0
     worst = 0.0
-    for k in INNER:
-        for tokens in OTHER:
-            for groups in GROUPS:
-                n = rows * groups
-                if n * k * tokens > MAX_ELEMENTS:
-                    continue
-                x = torch.randn(1, tokens, k, generator=gen).to(device, dtype)
-                w = (torch.randn(n, k, generator=gen) / k ** 0.5).to(device, dtype)
-                b = (torch.randn(n, generator=gen) * 0.1).to(device, dtype)
-                parts = [F.linear(x, w[g * rows:(g + 1) * rows], b[g * rows:(g + 1) * rows]) for g in range(groups)]
-                same, diff = compare(F.linear(x, w, b), parts, lambda t, g: t[..., g * rows:(g + 1) * rows])
-                cases, exact, worst = cases + 1, exact + same, max(worst, diff)
+    for tokens, n, k, groups in shapes:
+        if n * k * tokens > MAX_ELEMENTS:
+            continue
+        x = torch.randn(1, tokens, k, generator=gen).to(device, dtype)
+        w = (torch.randn(n, k, generator=gen) / k ** 0.5).to(device, dtype)
+        b = (torch.randn(n, generator=gen) * 0.1).to(device, dtype)
+        if split == "rows":
+            parts = [F.linear(x, w[g * size:(g + 1) * size], b[g * size:(g + 1) * size]) for g in range(groups)]
+            same, diff = compare(F.linear(x, w, b), parts, lambda t, g: t[..., g * size:(g + 1) * size])
+        else:
+            parts = [F.linear(x[:, g * size:(g + 1) * size], w, b) for g in range(groups)]
+            same, diff = compare(F.linear(x, w, b), parts, lambda t, g: t[:, g * size:(g + 1) * size])
+        cases, exact, worst = cases + 1, exact + same, max(worst, diff)
     return cases, exact, worst
+
+
+def row_slices(rows: int, device: str, dtype: torch.dtype, gen: torch.Generator) -> tuple[int, int, float]:
+    shapes = [(tokens, rows * groups, k, groups) for k in INNER for tokens in OTHER for groups in GROUPS]
+    return exactness(shapes, "rows", rows, device, dtype, gen)
 
 
 def token_chunks(chunk: int, device: str, dtype: torch.dtype, gen: torch.Generator) -> tuple[int, int, float]:
-    cases = exact = 0
-    worst = 0.0
-    for k in INNER:
-        for width in OTHER:
-            n = 16 * width
-            for groups in GROUPS:
-                tokens = chunk * groups
-                if n * k * tokens > MAX_ELEMENTS:
-                    continue
-                x = torch.randn(1, tokens, k, generator=gen).to(device, dtype)
-                w = (torch.randn(n, k, generator=gen) / k ** 0.5).to(device, dtype)
-                b = (torch.randn(n, generator=gen) * 0.1).to(device, dtype)
-                parts = [F.linear(x[:, g * chunk:(g + 1) * chunk], w, b) for g in range(groups)]
-                same, diff = compare(F.linear(x, w, b), parts, lambda t, g: t[:, g * chunk:(g + 1) * chunk])
-                cases, exact, worst = cases + 1, exact + same, max(worst, diff)
-    return cases, exact, worst
+    shapes = [(chunk * groups, 16 * width, k, groups) for k in INNER for width in OTHER for groups in GROUPS]
+    return exactness(shapes, "tokens", chunk, device, dtype, gen)
 
 
 def main(argv: list[str] | None = None) -> int:
