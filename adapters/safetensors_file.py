@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import open_regular
+
 MAX_HEADER_BYTES = 100_000_000  # the library's MAX_HEADER_SIZE
 MAX_JSON_DEPTH = 127  # deepest nesting serde_json (recursion limit 128) lets through
 U64_MAX = 2**64 - 1
@@ -118,7 +120,7 @@ def parse_header(raw: bytes | memoryview, length: int, file_size: int) -> Safete
 def read_header(path: Path | str) -> SafetensorsHeader:
     """Validate `path` with the safetensors library (header only, nothing allocated) and return its header."""
     path = Path(path)
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         size = _file_size(handle)
         length = header_length(handle.read(8), size)
         header = parse_header(handle.read(length), length, size)

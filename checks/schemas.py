@@ -19,6 +19,8 @@ API_WORKFLOWS_DIR = WORKFLOWS_DIR / "api"
 CORE_SCHEMA_FILE = WORKFLOWS_DIR / "schemas" / "comfyui-core.json"
 H3KIT_PACK = "H3Kit (this pack)"
 SPELLING_CUTOFF = 0.85  # difflib ratio for "did you mean": one or two letters off in a node id
+MAX_AUTOGROW_SLOTS = 100  # ComfyUI's own cap on an Autogrow group (comfy_api/latest/_io.py Autogrow._MaxNames)
+UNREADABLE = "h3kit_unreadable"  # marks a server's schema entry that is not in /object_info's shape: why
 
 # Nodes that published H3/LTX graphs use but neither core nor H3Kit provides: who provides them.
 KNOWN_THIRD_PARTY = {
@@ -91,6 +93,75 @@ def core_since(class_type: str) -> str | None:
     """The ComfyUI core version that brought this node (pinned schemas), or None when it is not core or older."""
     info = core_document()["nodes"].get(class_type)
     return info.get("since") if info and info.get("pack", "core") == "core" else None
+
+
+def server_schemas(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A server's /object_info with every entry in the shape the validator and the rules read (input sections
+    of [type, options] specs, options whose numbers are numbers, Autogrow groups of at most MAX_AUTOGROW_SLOTS
+    slots, a list of outputs). An entry that is not becomes {UNREADABLE: why}: the validator reports that node
+    type's inputs as unchecked instead of building what a hostile or broken schema asks for."""
+    return {name: _readable_entry(entry) for name, entry in info.items()}
+
+
+def _readable_entry(entry: Any) -> dict[str, Any]:
+    why = _schema_problem(entry)
+    if why is None:
+        return entry
+    return {"input": {}, "output": [], UNREADABLE: why}
+
+
+def _schema_problem(entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return "the entry is not a JSON object"
+    outputs = entry.get("output", [])
+    if not isinstance(outputs, list) or not all(isinstance(o, (str, list)) for o in outputs):
+        return "'output' is not a list of types"
+    sections = entry.get("input", {})
+    if not isinstance(sections, dict):
+        return "'input' is not a JSON object"
+    for section in ("required", "optional"):
+        specs = sections.get(section, {})
+        if not isinstance(specs, dict):
+            return f"input.{section} is not a JSON object"
+        for name, spec in specs.items():
+            why = _spec_problem(spec)
+            if why is not None:
+                return f"input.{section}.{name}: {why}"
+    return None
+
+
+def _spec_problem(spec: Any) -> str | None:
+    if not isinstance(spec, list) or not spec or not isinstance(spec[0], (str, list)):
+        return "not a [type, options] list"
+    options = spec[1] if len(spec) > 1 else {}
+    if not isinstance(options, dict):
+        return None  # options that are not an object are ignored, as ComfyUI's frontend ignores them
+    for key in ("min", "max", "step"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"'{key}' is not a number"
+    if options.get("step") is not None and not options["step"] > 0:
+        return "'step' is not positive"
+    if not isinstance(options.get("options", []), list):
+        return "'options' is not a list"
+    child = (options.get("child"), options.get("child_api_key_form"))
+    if child[1] is not None and not all(isinstance(part, str) for part in child):
+        return "'child' and 'child_api_key_form' are not names"
+    if spec[0] == "AUTOGROW":
+        return _autogrow_problem(options)
+    return None
+
+
+def _autogrow_problem(options: dict[str, Any]) -> str | None:
+    slots, types = options.get("max", 0), options.get("types", ["*"])
+    if not isinstance(options.get("prefix"), str) or not isinstance(types, list) or not all(
+            isinstance(t, str) for t in types):
+        return "an Autogrow group without a text 'prefix' and a list of 'types'"
+    if isinstance(slots, float) and not slots.is_integer():
+        return f"an Autogrow group of {slots} slots"
+    if not 0 <= slots <= MAX_AUTOGROW_SLOTS:
+        return f"an Autogrow group of {slots} slots; ComfyUI allows at most {MAX_AUTOGROW_SLOTS}"
+    return None
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..adapters.files import is_folder
 from .graph import well_formed
 from .problem import FAIL, PASS, Check, problem_check
 from .rules import RULES
@@ -23,7 +24,7 @@ def default_models_dir(env: dict[str, str] | None = None) -> Path | None:
     env = os.environ if env is None else env
     if env.get("COMFYUI_DIR"):
         candidate = Path(env["COMFYUI_DIR"]) / "models"
-        if candidate.is_dir():
+        if is_folder(candidate):
             return candidate
     return None
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..adapters import bounded_json
-from ..adapters.files import atomic_path
+from ..adapters.files import atomic_path, name_problem, open_regular
 from ..adapters.safetensors_file import (
     SafetensorsHeader,
     SafetensorsHeaderError,
@@ -44,12 +44,9 @@ from ..adapters.safetensors_file import read_header as read_safetensors_header
 FORMAT_NAME = "h3kit.conditioning"
 FORMAT_VERSION = 1
 FILE_SUFFIX = ".safetensors"
-MAX_FILE_NAME_BYTES = 255  # the common file-name limit (ext4, NTFS, APFS)
 MAX_CACHE_BYTES = 16 * 2**30  # documented limit (docs/security.md): checked before anything is allocated
 MAX_STRUCTURE_DEPTH = 64  # a CONDITIONING nests about 6 levels; the bound keeps decoding off the stack limit
 VERSION_TEXT = regex(r"[0-9]{1,9}")
-WINDOWS_FORBIDDEN_CHARS = set('<>:"|?*')
-WINDOWS_RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL"} | {f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)}
 REBUILD_FIX = (
     "delete the file and save the conditioning again (H3KitSaveConditioning, or "
     "`python -m h3kit cond build ...`)"
@@ -100,22 +97,10 @@ def cache_file_name(name: str) -> str:
         raise _NameError("the name contains a path separator; caches live directly in the conditioning_cache folder", example)
     if stem.startswith("."):
         raise _NameError("the name starts with '.', which makes a hidden file or a relative path ('..')", example)
-    if stem != stem.strip() or stem.endswith("."):
-        raise _NameError("the name starts or ends with a space or ends with '.', which Windows strips", "remove them")
-    bad = sorted({ch for ch in stem if ch in WINDOWS_FORBIDDEN_CHARS or ord(ch) < 32 or ord(ch) == 127})
-    if bad:
-        raise _NameError(f"the name contains characters that are not allowed in file names: {bad!r}",
-                         "use letters, digits, '-', '_' and '.'")
-    if stem.split(".")[0].upper() in WINDOWS_RESERVED_NAMES:
-        raise _NameError(f"'{stem.split('.')[0]}' is a reserved device name on Windows", "choose another name")
     file_name = stem + suffix  # a listed 'X.SAFETENSORS' must resolve to itself on case-sensitive disks
-    try:
-        size = len(file_name.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise _NameError("the name is not valid Unicode text", example) from exc
-    if size > MAX_FILE_NAME_BYTES:
-        raise _NameError(f"the file name is {size} bytes long; at most {MAX_FILE_NAME_BYTES} are allowed",
-                         "use a shorter name")
+    problem = name_problem(stem) or name_problem(file_name)
+    if problem is not None:
+        raise _NameError(f"the name {problem}", "choose another name: letters, digits, '-', '_' and '.'")
     return file_name
 
 
@@ -407,7 +392,7 @@ def read_cache(path: Path) -> LoadedCache:
     """
     path = Path(path)
     try:
-        with open(path, "rb", buffering=0) as fh:
+        with open_regular(path, "rb", buffering=0) as fh:
             header, metadata, structure, records = _checked_header(path, fh)
             buffer = _read_data(path, fh, header.data_bytes)
     except OSError as exc:
@@ -484,7 +469,7 @@ def _read_data(path: Path, fh: Any, nbytes: int) -> torch.Tensor:
 
 def _first_bytes(path: Path) -> bytes:
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return fh.read(8)
     except OSError:
         return b""

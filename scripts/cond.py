@@ -21,8 +21,10 @@ from typing import Any
 
 from ..adapters import comfy_jobs as jobs
 from ..adapters.comfy_client import ComfyClient, ComfyError, Deadline
+from ..adapters.files import open_regular, os_reason, regular_file_problem
 from ..checks.facts import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
 from ..checks.problem import printable
+from ..checks.server import read_schemas
 
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
 SAVE_NODE = "H3KitSaveConditioning"
@@ -98,7 +100,10 @@ def run_info(args: argparse.Namespace) -> int:
     from ..nodes.cond_cache_format import provenance, read_cache
 
     path = Path(args.file)
-    if not path.is_file():
+    problem = regular_file_problem(path)
+    if problem is not None and os.path.lexists(path):  # a FIFO, a device, a folder, a link loop: said as such
+        raise CommandError(f"{path} {problem}")
+    if problem is not None:
         path = _named_file(cache_dir(args.dir), args.file)
     info = provenance(read_cache(path))
     if args.json:
@@ -178,6 +183,9 @@ def run_import(args: argparse.Namespace) -> int:
     from ..nodes.conditioning_cache import pack_version
 
     folder = cache_dir(args.dir)
+    problem = regular_file_problem(args.source)
+    if problem is not None:
+        raise CommandError(f"{args.source} {problem}")
     print(f"reading {args.source} with torch.load(weights_only=True): tensors and plain containers only; "
           "no code from the file is run")
     try:
@@ -225,7 +233,7 @@ def build_graph(text: str, clip: str, clip_type: str, device: str, name: str, ov
 def run_build(args: argparse.Namespace) -> int:
     """Encode through the server; exit 0 ok, 1 the encode failed, 2 refused (no such encoder/node, rejected
     graph), 3 timeout, 4 unreachable (the same codes as `run`)."""
-    text = args.text if args.text is not None else args.text_file.read_text(encoding="utf-8")
+    text = args.text if args.text is not None else _read_text_file(args.text_file)
     if not text.strip():
         raise jobs.Rejected("the prompt is empty; pass --text or --text-file")
     graph = build_graph(text, args.clip, args.type, args.device, args.name, args.overwrite)
@@ -244,6 +252,16 @@ def run_build(args: argparse.Namespace) -> int:
         finally:
             bar.close()
     return _build_result(outcome, prompt_id, args.timeout)
+
+
+def _read_text_file(path: Path) -> str:
+    try:
+        with open_regular(path, "r") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise CommandError(f"--text-file {path} {os_reason(exc)}") from exc
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"--text-file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
 
 
 def _say(label: str, text: str) -> None:
@@ -281,12 +299,10 @@ def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:
 
 
 def _preflight(client: ComfyClient, clip: str, clip_type: str) -> None:
-    save_info = client.get_json(f"/object_info/{SAVE_NODE}")
-    if not isinstance(save_info, dict) or SAVE_NODE not in save_info:
+    if SAVE_NODE not in read_schemas(client, f"/object_info/{SAVE_NODE}"):
         raise jobs.Rejected(f"the ComfyUI at {client.server} has no {SAVE_NODE}: install H3Kit into its custom_nodes "
                             "and restart it")
-    info = client.get_json("/object_info/CLIPLoader")
-    loader = info.get("CLIPLoader", {}).get("input", {}).get("required", {}) if isinstance(info, dict) else {}
+    loader = read_schemas(client, "/object_info/CLIPLoader").get("CLIPLoader", {}).get("input", {}).get("required", {})
     files = (loader.get("clip_name") or [[]])[0]
     types = (loader.get("type") or [[]])[0]
     if isinstance(files, list) and clip not in files:

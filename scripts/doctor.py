@@ -19,7 +19,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..adapters.comfy_client import BadServerURL, ComfyClient
+from ..adapters.comfy_client import BadServerURL, ComfyClient, Deadline
+from ..adapters.files import is_folder
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, worst_exit
 from ..checks.problem import FAIL, PASS, WARN, Check, printable
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "names (default: $COMFYUI_DIR/models when it exists)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     parser.add_argument("--no-local", action="store_true", help="skip the checks of this machine's packages and GPU")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole exchange with the server (default %(default)s)")
     parser.epilog = ("exit status (the worst applies): 0 no FAIL; 1 a FAIL of this machine or the server; "
                      "2 workflow errors; 3 server timeout; 4 server unreachable")
 
@@ -55,7 +56,7 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     """(checks, exit code)."""
     checks: list[Check] = [] if args.no_local else local_checks() + optional_node_checks()
     codes = [EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK]
-    if args.models_dir is not None and not args.models_dir.is_dir():
+    if args.models_dir is not None and not is_folder(args.models_dir):
         checks.append(Check(FAIL, "models dir", f"--models-dir {args.models_dir} is not a folder, so no model file "
                             "could be checked", "pass ComfyUI's models folder, e.g. --models-dir ComfyUI/models"))
         return checks, worst_exit([*codes, EXIT_INVALID])
@@ -67,7 +68,7 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     object_info = None
     if args.server:
         try:
-            with ComfyClient(args.server, read_timeout=args.timeout) as client:
+            with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
                 server_part, object_info, code = server_checks(client, graph, schema_src.disabled_nodes(),
                                                                schema_src.providing_pack)
         except BadServerURL as exc:

@@ -50,6 +50,7 @@ from ..checks.graph_edit import (
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
+from ..checks.server import read_schemas
 from ..checks.validator import load_graph_file, validate_with_rules
 from . import schemas as schema_src
 
@@ -220,10 +221,10 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
     for server in servers:
         copy = json.loads(json.dumps(graph))
         with ComfyClient(server, deadline=Deadline(timeout)) as client:
-            info = client.object_info()
+            info = read_schemas(client)
             if uploads:
                 apply_uploads(client, copy, uploads, info)
-                info = client.object_info()
+                info = read_schemas(client)
         problems = validate_with_rules(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
         for p in problems:
             say("", f"{server}: {p}")

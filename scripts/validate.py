@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..adapters.comfy_client import ComfyClient, ComfyError
+from ..adapters.comfy_client import ComfyClient, ComfyError, Deadline
 from ..checks.facts import EXIT_INVALID, EXIT_OK
 from ..checks.problem import ERROR, printable
+from ..checks.server import read_schemas
 from ..checks.validator import validate_file
 from . import schemas as schema_src
 
@@ -24,15 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("files", nargs="+", type=Path, help="API-format workflow JSON files")
     parser.add_argument("--server", help="validate against this live ComfyUI's /object_info (e.g. http://127.0.0.1:8188)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole exchange with the server (default %(default)s)")
     parser.epilog = "exit status: 0 valid; 2 errors found; 3 server timeout; 4 server unreachable"
 
 
 def run(args: argparse.Namespace) -> int:
     if args.server:
         try:
-            with ComfyClient(args.server, read_timeout=args.timeout) as client:
-                schemas = client.object_info()
+            with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
+                schemas = read_schemas(client)
         except ComfyError as exc:
             print(f"ERROR: {printable(exc)}")
             return exc.exit_code
