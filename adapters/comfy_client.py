@@ -72,6 +72,10 @@ class BadResponse(ComfyError):
     """The server answered something we refuse: too large, not JSON, a foreign redirect, an unsafe name."""
 
 
+class TooLarge(BadResponse):
+    """An answer or download over its byte cap."""
+
+
 class HTTPStatusError(ComfyError):
     def __init__(self, status: int, body: Any, url: str):
         super().__init__(f"HTTP {status} from {url}: {printable(body, 300)}")
@@ -356,7 +360,7 @@ class ComfyClient:
         watch = response.h3kit_watch
         declared = response.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > cap:
-            raise BadResponse(f"{what} is {int(declared):,} bytes, over the limit of {cap:,}")
+            raise TooLarge(f"{what} is {int(declared):,} bytes, over the limit of {cap:,}")
         raw, total = response.raw, 0
         read = getattr(raw, "read1", None) or raw.read  # read1: what has arrived, not a loop until CHUNK bytes
         while True:
@@ -374,7 +378,7 @@ class ComfyClient:
                 return
             total += len(chunk)
             if total > cap:
-                raise BadResponse(f"{what} is larger than the limit of {cap:,} bytes; refused")
+                raise TooLarge(f"{what} is larger than the limit of {cap:,} bytes; refused")
             yield chunk
 
     def _body(self, response, cap: int, what: str) -> bytes:

@@ -20,6 +20,7 @@ from typing import Any
 from ..checks.facts import EXIT_INVALID
 from ..checks.problem import printable
 from .comfy_client import (
+    MAX_TRANSFER_S,
     BadResponse,
     ComfyClient,
     ComfyError,
@@ -36,6 +37,8 @@ POLL_INTERVAL_S = 0.5  # /history polling without a websocket
 POLL_WITH_WS_S = 5.0  # /history polling as the safety net beside the websocket
 QUEUE_CHECK_S = 10.0  # while /history has no entry, /queue is asked this often (F26: held jobs are waited for)
 LOST_AFTER_MISSES = 2  # consecutive /queue + /history answers without the job: it is lost
+MAX_JOB_FILES = 1000  # output files fetched per job (run); the pipeline's graphs write one to three
+MAX_JOB_DOWNLOAD_BYTES = 32 * 1024**3  # all output files of one job (run --max-job-download)
 LOST_NOTE = "the server neither holds the job nor has a history entry for it (restarted or cleared?)"
 FINAL_QUESTION_S = 15.0  # time allowed to ask about the job after --timeout ran out (F26)
 FINISH_EVENTS = ("execution_success", "execution_error", "execution_interrupted")
@@ -262,10 +265,11 @@ def output_files(entry: dict) -> tuple[list[OutputFile], list[str]]:
     return files, refused
 
 
-def fetch_output(client: ComfyClient, item: OutputFile, folder: Path, cap: int) -> Path:
-    """/view the file into `folder` under a safe, free name; never outside it, never overwriting."""
+def fetch_output(client: ComfyClient, item: OutputFile, folder: Path, cap: int, seconds: float | None) -> Path:
+    """/view the file into `folder` under a safe, free name, at most `cap` bytes within `seconds` (and the
+    client's deadline); never outside the folder, never overwriting."""
     return client.download({"filename": item.filename, "subfolder": item.subfolder, "type": item.kind},
-                           folder, item.filename, cap)
+                           folder, item.filename, cap, MAX_TRANSFER_S if seconds is None else seconds)
 
 
 # -------------------------------------------------------------------------------------------- following

@@ -30,11 +30,13 @@ from pathlib import Path
 from ..adapters import comfy_jobs as jobs
 from ..adapters.comfy_client import (
     MAX_DOWNLOAD_BYTES,
+    MAX_TRANSFER_S,
     BadServerURL,
     ComfyClient,
     ComfyError,
     Deadline,
     TimedOut,
+    TooLarge,
     normalise_server,
 )
 from ..checks.expect import expected_video
@@ -145,7 +147,8 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
 
 
 def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str, args: argparse.Namespace) -> list[Check]:
-    """Download every listed output into --out/<prompt id>/ and verify the videos."""
+    """Download every listed output into --out/<prompt id>/ and verify the videos: at most MAX_JOB_FILES files and
+    --max-job-download bytes in all, within --timeout (else MAX_TRANSFER_S for the downloads)."""
     files, refused = jobs.output_files(entry)
     checks = [Check(FAIL, "download", f"the server listed an output we cannot fetch safely: {item}",
                     "check the server's output folder by hand") for item in refused]
@@ -157,14 +160,33 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
     if not files and not refused and not any(c.status == FAIL for c in checks):
         checks.append(Check(WARN, "download", "the job finished but listed no output files",
                             "add a SaveVideo/SaveImage node to get a file back"))
+    if len(files) > jobs.MAX_JOB_FILES:
+        checks.append(Check(FAIL, "download", f"the server listed {len(files):,} output files; {jobs.MAX_JOB_FILES:,} "
+                            "are fetched per job", "fetch the rest from the server's output folder"))
     folder = Path(args.out) / prompt_id  # prompt_id passed safe_id: a plain name, never a path
-    for item in files:
+    transfer, budget = Deadline(MAX_TRANSFER_S), args.max_job_download
+    for done, item in enumerate(files[:jobs.MAX_JOB_FILES]):
+        if budget <= 0 or transfer.expired():
+            why = (f"the job's files reached the total download limit of {args.max_job_download:,} bytes "
+                   "(--max-job-download)" if budget <= 0 else f"the downloads took the {MAX_TRANSFER_S:.0f} s allowed")
+            checks.append(Check(FAIL, DOWNLOAD_TIMEOUT if budget > 0 else "download",
+                                f"{len(files[:jobs.MAX_JOB_FILES]) - done} file(s) not fetched: {why}",
+                                "fetch them from the server's output folder, or raise the limit"))
+            break
+        cap = min(args.max_download, budget)
         try:
-            path = jobs.fetch_output(client, item, folder, args.max_download)
+            path = jobs.fetch_output(client, item, folder, cap, transfer.remaining())
         except TimedOut as exc:
             checks.append(Check(FAIL, DOWNLOAD_TIMEOUT, f"{printable(item.filename, 100)}: {exc}",
                                 "raise --timeout, or fetch the file from the server's output folder"))
             break  # the time is spent: the other files would time out too
+        except TooLarge as exc:
+            whose = "" if cap == args.max_download else (
+                f" (what is left of the job's total download limit of {args.max_job_download:,} bytes)")
+            checks.append(Check(FAIL, "download", f"{printable(item.filename, 100)}: {exc}{whose}",
+                                "fetch it from the server's output folder, or raise --max-download / --max-job-download"))
+            budget = 0 if whose else budget
+            continue
         except ComfyError as exc:
             checks.append(Check(FAIL, "download", f"{printable(item.filename, 100)}: {exc}",
                                 "fetch it from the server's output folder"))
@@ -173,9 +195,11 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
             checks.append(Check(FAIL, "download", f"{printable(item.filename, 100)}: cannot write: {exc}",
                                 "check --out: free space and permissions"))
             continue
+        budget -= path.stat().st_size
         checks.append(Check(PASS, "download", f"node {item.node_id} -> {path}"))
         if path.suffix.lower() in VIDEO_SUFFIXES:
-            checks += verify_video(path, expected_video(job.graph, item.node_id))
+            left = client.deadline.remaining()
+            checks += verify_video(path, expected_video(job.graph, item.node_id), None if left is None else max(left, 1))
     return checks
 
 
@@ -199,6 +223,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="number of jobs (default: one per --server); jobs go round-robin over the servers")
     parser.add_argument("--max-download", type=int, default=MAX_DOWNLOAD_BYTES, metavar="BYTES",
                         help="refuse an output file larger than this (default %(default)s)")
+    parser.add_argument("--max-job-download", type=int, default=jobs.MAX_JOB_DOWNLOAD_BYTES, metavar="BYTES",
+                        help="fetch at most this many bytes of output files per job (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when not a TTY)")
     parser.epilog = ("exit status (several jobs: the worst): 0 ok; 1 execution error / lost or crashed job / output "
                      "failed verification; 2 rejected by validation; 3 timeout (the job may still be running); "
