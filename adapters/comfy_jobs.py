@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.facts import EXIT_INVALID
-from ..checks.problem import printable
+from ..checks.problem import printable, printable_lines
 from .comfy_client import (
     MAX_TRANSFER_S,
     BadResponse,
@@ -127,7 +127,7 @@ class ProgressBar(Listener):
         if self.bar.disable:
             self.say(self.label, text)
         else:
-            self.bar.write(printable(f"{self.label}{text}"))
+            self.bar.write(printable_lines(f"{self.label}{text}"))
 
     def finished(self, success: bool) -> None:
         """Fill the bar when the job succeeded (nodes we never heard about ran or came from the cache)."""

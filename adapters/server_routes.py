@@ -18,7 +18,6 @@ importing this module imports neither ComfyUI nor aiohttp, so the pack and its t
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,12 +34,11 @@ from ..checks.validator import declared_inputs
 from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
 from ..nodes.common import LOG, log_once
 from .host import comfyui_version, host_loaded, host_module
+from .preflight_request import MAX_NODES, RequestRefused, prompt_graph, read_json
 
 PREFLIGHT_ROUTE = "/h3kit/preflight"
 # The graphs the editor checks before queueing: any H3Kit node, core MiniMax-H3 node or LTX(-AV) node.
 WATCHED_NODE_PATTERN = r"^(H3Kit|MiniMaxH3|EmptyMiniMaxH3|LTXV|LTXAV)"
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a 10 000-node graph with long prompts is ~10 MB
-MAX_NODES = 10_000
 WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / "workflows"
 TEMPLATE_SUFFIXES = {".json", ".jpg", ".jpeg", ".png", ".webp"}
 STATUS_ORDER = (PASS, WARN, FAIL)
@@ -181,26 +179,17 @@ async def describe_preflight(request: Any) -> Any:
 
 
 async def handle_preflight(request: Any) -> Any:
+    """The editor's check: the body's transport and shape by adapters/preflight_request.py (400/413 with the
+    reason), then the checks of `preflight_report`."""
     from aiohttp import web
 
     started = time.perf_counter()
-    fix = 'POST {"prompt": <API-format graph>} as the frontend sends to /prompt'
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        return _error(web, 413, f"body of {request.content_length} bytes is over {MAX_BODY_BYTES}", fix)
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        return _error(web, 413, f"body is over {MAX_BODY_BYTES} bytes", fix)
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _error(web, 400, f"body is not JSON ({exc})", fix)
-    graph = body.get("prompt") if isinstance(body, dict) else None
-    if not isinstance(graph, dict):
-        return _error(web, 400, "no 'prompt' object in the body", fix)
-    if len(graph) > MAX_NODES:
-        return _error(web, 413, f"graph has {len(graph)} nodes, over {MAX_NODES}", "check a smaller graph")
+        graph, absent = prompt_graph(await read_json(request))
+    except RequestRefused as refused:
+        return _error(web, refused.status, refused.message, refused.fix)
     try:
-        report = preflight_report(with_absent_nodes(graph, body.get("absent")), comfyui_host)
+        report = preflight_report(with_absent_nodes(graph, absent), comfyui_host)
     except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
         LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
         return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {exc})",

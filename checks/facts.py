@@ -60,6 +60,7 @@ EXIT_FAILED = 1  # execution error, lost job, crashed job, output failed verific
 EXIT_INVALID = 2  # rejected by validation (ours or the server's), bad arguments or input files
 EXIT_TIMEOUT = 3  # --timeout ran out (the job may still be running)
 EXIT_UNREACHABLE = 4  # the server cannot be reached
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, the shells' convention)
 EXIT_CODES = {EXIT_OK: "ok", EXIT_FAILED: "execution error, lost job or failed verification",
               EXIT_INVALID: "rejected by validation", EXIT_TIMEOUT: "timeout (the job may still be running)",
               EXIT_UNREACHABLE: "server unreachable"}

@@ -7,6 +7,10 @@ import logging
 import sys
 from importlib import import_module
 
+from ..adapters.crash_log import unexpected_error
+from ..checks.facts import EXIT_INTERRUPTED
+from ..nodes.conditioning_cache import pack_version
+
 # command -> (module in scripts/, one-line help). Each module has add_arguments(parser) and run(args) -> int.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "the two-stage handoff on a synthetic draft: DraftToLTX, guards, mp4 mux, decoded and checked"),
@@ -35,10 +39,24 @@ def build_parser(prog: str = "python -m h3kit") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m h3kit") -> int:
-    """`prog` is how the user started us (`python -m h3kit`, or `python custom_nodes/H3Kit` from a plain clone)."""
+    """`prog` is how the user started us (`python -m h3kit`, or `python custom_nodes/H3Kit` from a plain clone).
+
+    The one top-level handler of every command: an error no command caught becomes one line on stderr (what
+    failed, what to do, where its full traceback was logged) and the documented exit code, never a raw
+    traceback; Ctrl-C exits EXIT_INTERRUPTED with one line."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser(prog).parse_args(argv)
-    return int(args._run(args) or 0)
+    what = prog
+    try:
+        args = build_parser(prog).parse_args(argv)
+        what = f"{prog} {args.command}"
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{what}: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line + a crash log, never a traceback
+        line, code = unexpected_error(what, exc, pack_version())
+        print(line, file=sys.stderr, flush=True)
+        return code
 
 
 if __name__ == "__main__":

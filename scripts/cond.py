@@ -23,7 +23,7 @@ from ..adapters import comfy_jobs as jobs
 from ..adapters.comfy_client import ComfyClient, ComfyError, Deadline
 from ..adapters.files import open_regular, os_reason, regular_file_problem
 from ..checks.facts import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
-from ..checks.problem import printable
+from ..checks.problem import printable, printable_lines
 from ..checks.server import read_schemas
 
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
@@ -77,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         return handlers[args.cond_command](args)
     except (CommandError, CacheError) as exc:
-        print(printable(f"error: {exc}"), file=sys.stderr)
+        print(printable_lines(f"error: {exc}"), file=sys.stderr)
         return EXIT_FAILED
     except ComfyError as exc:  # cond build: the same exit codes as run (2 refused, 3 timeout, 4 unreachable)
-        print(printable(f"error: {exc}"), file=sys.stderr)
+        print(printable_lines(f"error: {exc}"), file=sys.stderr)
         return exc.exit_code
 
 
@@ -265,11 +265,11 @@ def _read_text_file(path: Path) -> str:
 
 
 def _say(label: str, text: str) -> None:
-    print(printable(f"{label}{text}"), flush=True)
+    print(printable_lines(f"{label}{text}"), flush=True)
 
 
 def _error(text: str) -> None:
-    print(printable(f"error: {text}"), file=sys.stderr, flush=True)
+    print(printable_lines(f"error: {text}"), file=sys.stderr, flush=True)
 
 
 def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:
@@ -291,7 +291,7 @@ def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:
     if cached:
         _say("", "ComfyUI reused its cached result: the cache file is already up to date")
     for line in lines:
-        _say("", line)
+        _say("", printable(line, 2000))
     if not lines and not cached:
         _error(f"the prompt finished but {SAVE_NODE} reported nothing; check the ComfyUI console")
         return EXIT_FAILED

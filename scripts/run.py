@@ -22,7 +22,6 @@ import argparse
 import json
 import random
 import threading
-import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from ..adapters.comfy_client import (
     TooLarge,
     normalise_server,
 )
+from ..adapters.crash_log import unexpected_error
 from ..checks.expect import expected_video
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph_edit import (
@@ -54,6 +54,7 @@ from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
 from ..checks.server import read_schemas
 from ..checks.validator import load_graph_file, validate_with_rules
+from ..nodes.conditioning_cache import pack_version
 from . import schemas as schema_src
 
 VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov", ".avi"}
@@ -64,8 +65,10 @@ PRINT_LOCK = threading.Lock()
 
 
 def say(label: str, text: str) -> None:
+    """Print H3Kit's own text (its lines each prefixed with the job's label); text from outside it was made
+    `printable` where it was put in, so it cannot start a line."""
     with PRINT_LOCK:
-        print(printable(f"{label}{text}"), flush=True)
+        print("\n".join(printable(f"{label}{line}") for line in str(text).split("\n")), flush=True)
 
 
 # --- one job ------------------------------------------------------------------------------------
@@ -133,8 +136,9 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
     timing = jobs.timing_of(outcome.entry, outcome.events)
     if outcome.state != "success":
         err = timing.error or {}
-        say(label, f"FAIL  execution {outcome.state}: node {err.get('node_id')} ({err.get('node_type')}): "
-            f"{err.get('exception_type', '')}: {str(err.get('exception_message', '')).strip()}")
+        say(label, f"FAIL  execution {outcome.state}: " + printable(
+            f"node {err.get('node_id')} ({err.get('node_type')}): {err.get('exception_type', '')}: "
+            f"{str(err.get('exception_message', '')).strip()}", 2000))
         return EXIT_FAILED
     outputs = outcome.entry.get("outputs") if isinstance(outcome.entry, dict) else None
     checks = (cache_checks(job.graph, timing) + report_checks(outputs if isinstance(outputs, dict) else {})
@@ -275,7 +279,7 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
         sub = saved.get("subfolder")
         value = f"{sub}/{value}" if isinstance(sub, str) and sub else value
         graph[nid].setdefault("inputs", {})[name] = value
-        say("", f"uploaded {path} -> input/{value} (node {nid}.{name})")
+        say("", f"uploaded {path} -> input/{printable(value, 200)} (node {nid}.{name})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -311,8 +315,8 @@ def run_one_guarded(job: Job, args: argparse.Namespace) -> int:
         say(job.label, f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {exc}")
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug or an answer we did not foresee: the job failed, loudly
-        say(job.label, f"FAIL  the job crashed: {type(exc).__name__}: {printable(exc, 300)}\n"
-            + printable("".join(traceback.format_exception(exc)), 4000))
+        line, _ = unexpected_error(f"{job.label}the job", exc, pack_version())
+        say("", f"FAIL  the job crashed: {line}")
         return EXIT_FAILED
 
 
