@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters import bounded_json
+from . import node_inputs
 from .facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
 from .graph import input_kind, inputs_of, is_link, node_shape_problem, well_formed
+from .host_layout import adapt_node
 from .problem import ERROR, Problem, has_errors
 from .rules import RULES
 from .rules_files import MODEL_INPUT_FOLDERS
@@ -32,28 +34,11 @@ def types_compatible(output_type: str, input_type: str) -> bool:
     return bool(set(output_type.split(",")) & set(input_type.split(",")))
 
 
-def declared_inputs(info: dict) -> dict[str, tuple[list, bool]]:
-    """{input name: (spec, required)} with Autogrow groups expanded to their dotted slot names."""
-    found: dict[str, tuple[list, bool]] = {}
-    sections = info.get("input", {})
-    children = {
-        spec[1]["child"]: spec[1]["child_api_key_form"]
-        for section in ("required", "optional")
-        for spec in sections.get(section, {}).values()
-        if len(spec) > 1 and isinstance(spec[1], dict) and spec[1].get("child_api_key_form")
-    }
-    for section in ("required", "optional"):
-        for name, spec in sections.get(section, {}).items():
-            kind, opts = input_kind(spec)
-            if name in children:  # a V3 dynamic combo's child, sent under its dotted key
-                found[children[name]] = (spec, True)
-            elif kind == "AUTOGROW":
-                for i in range(int(opts.get("max", 0))):
-                    slot_type = ",".join(opts.get("types", ["*"]))
-                    found[f"{name}.{opts['prefix']}{i}"] = ([slot_type, {}], False)
-            else:
-                found[name] = (spec, section == "required")
-    return found
+def declared_inputs(info: dict, values: dict | None = None) -> dict[str, tuple[list, bool]]:
+    """{input key: (spec, required)} as the host declares them for a node with these input `values`: Autogrow
+    slots and the inputs of the DynamicCombo options the values select, under their dotted keys
+    (checks/node_inputs.py). `values` None: every key any choice of options could declare."""
+    return node_inputs.declared_inputs(info, values)
 
 
 def _nearest_on_step(value: float, lo: float, step: float) -> tuple[float, float]:
@@ -210,7 +195,7 @@ def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = p
 
 def _node_problems(graph: dict, schemas: dict, node_id: str, ct: str, info: dict, inputs: dict) -> list[Problem]:
     problems = []
-    declared = declared_inputs(info)
+    declared = declared_inputs(info, inputs)
     for name, (spec, required) in declared.items():
         if required and name not in inputs:
             kind, opts = input_kind(spec)
@@ -248,23 +233,32 @@ def core_version_differences(graph: dict, schemas: dict, node_id: str, ct: str, 
     if not differences:
         return problems
     newer = pinned_doc.get("comfyui_version", "0.34.0")
-    host = declared_inputs(schemas[ct])
-    nested = [name for name in inputs if "." in name and name not in host and name.split(".", 1)[1] in host]
-    if nested:
-        parent, child = nested[0].split(".", 1)
-        message = (f"this ComfyUI's {ct} takes {parent} + {child} as separate inputs; the workflow uses the "
-                   f"ComfyUI >= {newer} layout ('{nested[0]}'), a core-version difference")
-        fix = f"update ComfyUI to >= {newer}, or for this ComfyUI rename input '{nested[0]}' to '{child}'"
-        where = nested[0]
-    else:
-        parts = [_difference_text(p, inputs) for p in differences]
+    kept = [p for p in problems if p not in differences]
+    _, changes = adapt_node(node_id, {"class_type": ct, "inputs": inputs}, schemas[ct])
+    moved = {c.old_key for c in changes} | {c.new_key for c in changes}
+    layout = [p for p in differences if p.input in moved]
+    rest = [p for p in differences if p.input not in moved]
+    if layout:
+        renames = ", ".join(f"'{c.old_key}' to '{c.new_key}'" for c in changes)
+        message = (f"this ComfyUI's {ct} takes {', '.join(repr(c.new_key) for c in changes)} where the workflow "
+                   f"uses the ComfyUI >= {newer} layout ({', '.join(repr(c.old_key) for c in changes)}), a core-version "
+                   "difference; `python -m h3kit run` and the editor's preflight adapt it before queueing")
+        fix = f"for this ComfyUI rename input {renames}, or update ComfyUI to >= {newer}"
+        where = changes[0].old_key
+        kept.append(Problem(node_id, ct, where, inputs.get(where), message, fix,
+                            ERROR if has_errors(layout) else layout[0].severity))
+    if rest:
+        parts = [_difference_text(p, inputs) for p in rest]
         message = (f"this ComfyUI's {ct} {'; '.join(parts)}, which ComfyUI {newer} accepts: this ComfyUI is older "
                    "than the workflow")
-        fix = f"update ComfyUI to >= {newer}"
-        where = differences[0].input
-    severity = ERROR if has_errors(differences) else differences[0].severity
-    kept = [p for p in problems if p not in differences]
-    return kept + [Problem(node_id, ct, where, inputs.get(where), message, fix, severity)]
+        # On an output node another option changes only how the result is written (SaveVideo's codec), so the
+        # host's own choice is a fix that works now; elsewhere (CLIPLoader's type) it would load the wrong model.
+        here = [f"{p.input}: {p.fix}" for p in rest if p.severity == ERROR and p.input is not None
+                and schemas[ct].get("output_node")]
+        fix = f"update ComfyUI to >= {newer}" + (f", or for this ComfyUI {'; '.join(here)}" if here else "")
+        kept.append(Problem(node_id, ct, rest[0].input, inputs.get(rest[0].input), message, fix,
+                            ERROR if has_errors(rest) else rest[0].severity))
+    return kept
 
 
 def _difference_text(problem: Problem, inputs: dict) -> str:

@@ -124,10 +124,10 @@ def test_flat_savevideo_is_named_a_core_version_difference():
     graph = two_stage()
     problems = [p for p in validate_graph(graph, older_host_schemas()) if p.class_type == "SaveVideo"]
     assert [str(p) for p in problems] == [
-        "ERROR: node 41 (SaveVideo) input 'format.codec': this ComfyUI's SaveVideo takes format + codec as separate "
-        "inputs; the workflow uses the ComfyUI >= 0.34.0 layout ('format.codec'), a core-version difference "
-        "[value: \"h264\"]. Fix: update ComfyUI to >= 0.34.0, or for this ComfyUI rename input 'format.codec' to "
-        "'codec'"]
+        "ERROR: node 41 (SaveVideo) input 'format.codec': this ComfyUI's SaveVideo takes 'codec' where the workflow "
+        "uses the ComfyUI >= 0.34.0 layout ('format.codec'), a core-version difference; `python -m h3kit run` and the "
+        "editor's preflight adapt it before queueing [value: \"h264\"]. Fix: for this ComfyUI rename input "
+        "'format.codec' to 'codec', or update ComfyUI to >= 0.34.0"]
 
 
 def test_missing_combo_option_of_a_core_node_says_update_comfyui():
