@@ -41,6 +41,13 @@ def declared_inputs(info: dict, values: dict | None = None) -> dict[str, tuple[l
     return node_inputs.declared_inputs(info, values)
 
 
+def is_input_file_combo(opts: dict) -> bool:
+    """A combo whose options are the files in ComfyUI's input folder (LoadImage, LoadAudio, LoadVideo...): the
+    pinned file marks it `input_files`, a host marks it with its upload widget."""
+    return bool(opts.get("input_files") or opts.get("image_upload") or opts.get("audio_upload")
+                or opts.get("video_upload") or opts.get("upload"))
+
+
 def _nearest_on_step(value: float, lo: float, step: float) -> tuple[float, float]:
     below = lo + math.floor((value - lo) / step) * step
     return below, below + step
@@ -80,20 +87,27 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folde
         if not isinstance(value, str):
             problem("expected a string", "quote the value")
     elif kind == "COMBO":
-        if opts.get("model_folder") or opts.get("input_files"):
-            where = opts.get("model_folder") or "input"
-            if not isinstance(value, str) or not value:
-                problem("expected a file name", f"name a file in the '{where}' folder")
-            elif not value.isprintable():
-                problem("the file name contains NUL or control characters, which no file name has",
-                        f"choose the file from the '{where}' folder's list")
-        elif value not in opts.get("options", []):
-            options = [str(o) for o in opts.get("options", [])]
+        listed = opts.get("options")  # None: the pinned file names the folder, not the files a host has
+        where = opts.get("model_folder") or ("input" if is_input_file_combo(opts) else None)
+        if where and (not isinstance(value, str) or not value):
+            problem("expected a file name", f"name a file in the '{where}' folder")
+        elif where and not value.isprintable():
+            problem("the file name contains NUL or control characters, which no file name has",
+                    f"choose the file from the '{where}' folder's list")
+        elif where and (listed is None or opts.get("model_folder")):
+            pass  # offline, or a pack's own loader: which files the host has is the server's to say (server.py)
+        elif value not in (listed or []):
+            options = [str(o) for o in listed or []]
             if folder:
-                listed = f"it has {len(options)} there: {', '.join(options)}" if options else "that folder is empty"
-                problem(f"'{value}' is not in this server's models/{folder} ({listed})",
+                shown = f"it has {len(options)} there: {', '.join(options)}" if options else "that folder is empty"
+                problem(f"'{value}' is not in this server's models/{folder} ({shown})",
                         f"put {value} in models/{folder} (expected on this server), then press R in ComfyUI or "
                         "restart it")
+            elif where == "input":
+                shown = f"it has {len(options)} there" if options else "that folder is empty"
+                problem(f"'{value}' is not in this server's input folder ({shown})",
+                        f"upload {value} (python -m h3kit run --upload {node_id}=PATH, or drop the file on the node "
+                        "in ComfyUI), or copy it into ComfyUI's input folder")
             else:
                 problem("not one of the allowed options", f"choose one of: {', '.join(options)}")
     return bad
@@ -228,8 +242,12 @@ def core_version_differences(graph: dict, schemas: dict, node_id: str, ct: str, 
     if not problems or pinned is None or pinned.get("pack", "core") != "core" or schemas.get(ct) is pinned:
         return problems
     pinned_keys = {p.input for p in _node_problems(graph, {**schemas, ct: pinned}, node_id, ct, pinned, inputs)}
-    # a model file the server lacks is the user's to add, whatever the version: never a core difference
-    differences = [p for p in problems if p.input not in pinned_keys and (ct, p.input) not in MODEL_INPUT_FOLDERS]
+    # a model or input file the server lacks is the user's to add, whatever the version: never a core difference
+    pinned_specs = declared_inputs(pinned, inputs)
+    user_files = {name for name, (spec, _) in pinned_specs.items()
+                  if input_kind(spec)[1].get("model_folder") or is_input_file_combo(input_kind(spec)[1])}
+    differences = [p for p in problems if p.input not in pinned_keys and (ct, p.input) not in MODEL_INPUT_FOLDERS
+                   and p.input not in user_files]
     if not differences:
         return problems
     newer = pinned_doc.get("comfyui_version", "0.34.0")
@@ -308,6 +326,9 @@ def _read_capped(path: Path, limit: int) -> bytes:
 def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
     """(the parsed JSON, None) or (None, a Problem saying why the file cannot be read)."""
     fix = "pass a readable API-format JSON file (UTF-8, as ComfyUI's Export (API) writes it)"
+    if Path(path).is_dir():
+        return None, Problem("-", "-", None, None, f"{path} is a folder, not a workflow file",
+                             "pass one API-format JSON file from it (`validate` also takes a folder)")
     try:
         data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1)
     except OSError as exc:

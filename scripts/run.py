@@ -51,6 +51,7 @@ from ..checks.host_layout import adapt_graph
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
+from ..checks.server import server_version_check
 from ..checks.validator import load_graph_file, validate_with_rules
 from . import schemas as schema_src
 
@@ -226,6 +227,7 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
             if uploads:
                 apply_uploads(client, copy, uploads, info)
                 info = client.object_info()
+            say("", f"{server}: {server_version_check(client, copy, info).line()}")
         adaptation = adapt_graph(copy, info)  # this host's input layout (SaveVideo's three), shown change by change
         for change in adaptation.changes:
             say("", f"{server}: ADAPTED {change.text()}")
