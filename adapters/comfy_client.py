@@ -300,9 +300,10 @@ class ComfyClient:
                         f"it{so_far}; the server sends too slowly")
 
     @contextlib.contextmanager
-    def _exchange(self, method: str, route: str, seconds: float = MAX_ANSWER_S, **kwargs: Any) -> Iterator[Any]:
-        """One request and its answer, streaming, all within `seconds` (and the deadline); closed on exit."""
-        watch = self._watch_for(seconds)
+    def _exchange(self, method: str, route: str, seconds: float | None = None, **kwargs: Any) -> Iterator[Any]:
+        """One request and its answer, streaming, all within `seconds` (default MAX_ANSWER_S) and the deadline;
+        closed on exit."""
+        watch = self._watch_for(MAX_ANSWER_S if seconds is None else seconds)
         try:
             with self._send(method, route, watch, **kwargs) as response:
                 response.h3kit_watch = watch
@@ -436,11 +437,11 @@ class ComfyClient:
         return body
 
     def download(self, params: Mapping[str, Any], folder: Path, name: str, cap: int = MAX_DOWNLOAD_BYTES,
-                 seconds: float = MAX_TRANSFER_S) -> Path:
+                 seconds: float | None = None) -> Path:
         """GET /view?params streamed into folder/<safe name> (a free name: never overwrites), atomically, within
         `seconds` (and the deadline)."""
         local = safe_basename(name)
-        with self._exchange("GET", "/view", seconds, params=params) as response:
+        with self._exchange("GET", "/view", MAX_TRANSFER_S if seconds is None else seconds, params=params) as response:
             if response.status_code >= 400:
                 body = self._body(response, 64 * 1024, "/view error")
                 raise HTTPStatusError(response.status_code, self._error_body(body), self.server + "/view")

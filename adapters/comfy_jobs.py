@@ -20,7 +20,6 @@ from typing import Any
 from ..checks.facts import EXIT_INVALID
 from ..checks.problem import printable, printable_lines
 from .comfy_client import (
-    MAX_TRANSFER_S,
     BadResponse,
     ComfyClient,
     ComfyError,
@@ -269,7 +268,7 @@ def fetch_output(client: ComfyClient, item: OutputFile, folder: Path, cap: int, 
     """/view the file into `folder` under a safe, free name, at most `cap` bytes within `seconds` (and the
     client's deadline); never outside the folder, never overwriting."""
     return client.download({"filename": item.filename, "subfolder": item.subfolder, "type": item.kind},
-                           folder, item.filename, cap, MAX_TRANSFER_S if seconds is None else seconds)
+                           folder, item.filename, cap, seconds)
 
 
 # -------------------------------------------------------------------------------------------- following

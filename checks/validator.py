@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters import bounded_json
-from ..adapters.files import open_regular
+from ..adapters.files import is_folder, open_regular, os_reason
 from . import node_inputs
 from .facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
 from .graph import input_kind, inputs_of, is_link, node_shape_problem, well_formed
@@ -333,13 +333,13 @@ def _read_capped(path: Path, limit: int) -> bytes:
 def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
     """(the parsed JSON, None) or (None, a Problem saying why the file cannot be read)."""
     fix = "pass a readable API-format JSON file (UTF-8, as ComfyUI's Export (API) writes it)"
-    if Path(path).is_dir():
+    if is_folder(path):
         return None, Problem("-", "-", None, None, f"{path} is a folder, not a workflow file",
                              "pass one API-format JSON file from it (`validate` also takes a folder)")
     try:
         data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1)
     except OSError as exc:
-        return None, Problem("-", "-", None, None, f"cannot read {path}: {exc.strerror or exc}", fix)
+        return None, Problem("-", "-", None, None, f"{path} {os_reason(exc)}", fix)
     try:
         return parse_graph_json(data, f"the workflow file {path}"), None
     except bounded_json.JSONLimitError as exc:
