@@ -26,6 +26,7 @@ from . import bounded_json
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a 10,000-node graph with long prompts is about 10 MB
 MAX_NODES = 10_000
 BODY_READ_S = 60.0  # the whole body, from the request's headers to its last byte
+CHECK_S = 60.0  # the checks of one graph (a 10,000-node graph takes about 2 s), run beside ComfyUI's event loop
 JSON_TYPE = "application/json"
 FIX = 'POST {"prompt": <API-format graph>} as JSON (Content-Type: application/json), as the H3Kit extension does'
 

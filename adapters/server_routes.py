@@ -18,8 +18,10 @@ importing this module imports neither ComfyUI nor aiohttp, so the pack and its t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -33,6 +35,7 @@ from ..checks.server import comfyui_version_check
 from ..checks.validator import declared_inputs
 from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
 from ..nodes.common import LOG, log_once
+from . import preflight_request
 from .host import comfyui_version, host_loaded, host_module
 from .preflight_request import MAX_NODES, RequestRefused, prompt_graph, read_json
 
@@ -179,6 +182,13 @@ async def describe_preflight(request: Any) -> Any:
     return web.json_response({"route": PREFLIGHT_ROUTE, "watch": WATCHED_NODE_PATTERN})
 
 
+@lru_cache(maxsize=1)
+def _checker() -> ThreadPoolExecutor:
+    """One thread for the checks: ComfyUI's event loop keeps serving while a graph is checked, and graphs sent
+    faster than they are checked wait in line (each within CHECK_S) instead of taking every core."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3kit-preflight")
+
+
 async def handle_preflight(request: Any) -> Any:
     """The editor's check: the body's transport and shape by adapters/preflight_request.py (400/413 with the
     reason), then the checks of `preflight_report`."""
@@ -190,7 +200,11 @@ async def handle_preflight(request: Any) -> Any:
     except RequestRefused as refused:
         return _error(web, refused.status, refused.message, refused.fix)
     try:
-        report = preflight_report(with_absent_nodes(graph, absent), comfyui_host)
+        report = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+            _checker(), preflight_report, with_absent_nodes(graph, absent), comfyui_host), preflight_request.CHECK_S)
+    except asyncio.TimeoutError:
+        return _error(web, 413, f"the graph could not be checked within {preflight_request.CHECK_S:.0f} s",
+                      "check a smaller graph, or run `python -m h3kit validate FILE` on the exported API graph")
     except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
         LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
         return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {exc})",
