@@ -36,6 +36,7 @@ from . import bounded_json
 from .files import WINDOWS_RESERVED_NAMES, name_problem, write_new
 
 CONNECT_TIMEOUT_S = 10.0
+SERVER_CHECK_TIMEOUT_S = 60.0  # validate --server, doctor --server: their whole exchange (--timeout)
 READ_TIMEOUT_S = 60.0  # one socket read
 MAX_ANSWER_S = 300.0  # one JSON answer, headers and body (a 96 MiB /object_info at 1 MB/s takes 100 s)
 MAX_WS_MESSAGE_S = 30.0  # one websocket message, once its first byte arrived

@@ -148,8 +148,8 @@ def lint_two_stage_grid(graph: dict, schemas: dict) -> list[Problem]:
 def lint_mux_fps(graph: dict, schemas: dict) -> list[Problem]:
     """The handoff cuts the audio at its fps; a CreateVideo at another fps drifts the audio out of sync."""
     problems: list[Problem] = []
-    handoff_fps = {resolve(graph, inputs_of(n).get("fps", UNKNOWN)) for _, n in nodes_of(graph, HANDOFF)}
-    handoff_fps = {f for f in handoff_fps if isinstance(f, (int, float)) and not isinstance(f, bool)}
+    handoff_fps = [resolve(graph, inputs_of(n).get("fps", UNKNOWN)) for _, n in nodes_of(graph, HANDOFF)]
+    handoff_fps = {f for f in handoff_fps if isinstance(f, (int, float)) and not isinstance(f, bool)}  # [] is no fps
     if len(handoff_fps) != 1:
         return problems
     fps = handoff_fps.pop()

@@ -28,6 +28,7 @@ from ..checks.server import read_schemas
 
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
 SAVE_NODE = "H3KitSaveConditioning"
+BUILD_TIMEOUT_S = 1800.0  # cond build: the whole encode job (--timeout); a first load of a 27B encoder is slow
 
 
 class CommandError(Exception):
@@ -48,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--name", required=True, help="cache name, e.g. ltx_generic_refine")
     build.add_argument("--device", choices=("default", "cpu"), default="default", help="CLIPLoader device")
     build.add_argument("--overwrite", action="store_true", help="replace an existing cache with different content")
-    build.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the encode (default %(default)s)")
+    build.add_argument("--timeout", type=float, default=BUILD_TIMEOUT_S, help="seconds to wait for the encode (default %(default)s)")
     build.add_argument("--quiet", action="store_true", help="no progress bar (it is off anyway when not a TTY)")
     build.epilog = "exit status: 0 ok; 1 the encode failed; 2 refused; 3 timeout; 4 server unreachable"
 

@@ -19,7 +19,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..adapters.comfy_client import BadServerURL, ComfyClient, Deadline
+from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline
 from ..adapters.files import is_folder
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, worst_exit
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "names (default: $COMFYUI_DIR/models when it exists)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     parser.add_argument("--no-local", action="store_true", help="skip the checks of this machine's packages and GPU")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole exchange with the server (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=SERVER_CHECK_TIMEOUT_S, help="seconds for the whole exchange with the server (default %(default)s)")
     parser.epilog = ("exit status (the worst applies): 0 no FAIL; 1 a FAIL of this machine or the server; "
                      "2 workflow errors; 3 server timeout; 4 server unreachable")
 

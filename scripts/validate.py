@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ..adapters.comfy_client import ComfyClient, ComfyError, Deadline
+from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, ComfyClient, ComfyError, Deadline
 from ..adapters.files import is_folder
 from ..checks.facts import EXIT_INVALID, EXIT_OK, worst_exit
 from ..checks.problem import ERROR, Check, printable
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", type=Path,
                         help="API-format workflow JSON files, or folders (every *.json directly in them)")
     parser.add_argument("--server", help="validate against this live ComfyUI's /object_info (e.g. http://127.0.0.1:8188)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole exchange with the server (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=SERVER_CHECK_TIMEOUT_S, help="seconds for the whole exchange with the server (default %(default)s)")
     parser.epilog = "exit status: 0 valid; 2 errors found; 3 server timeout; 4 server unreachable"
 
 

@@ -650,3 +650,17 @@ def test_a_newline_in_server_text_never_starts_a_line(workflow, server, tmp_path
     out = capsys.readouterr().out
     assert out.count("boom") == 1 and "bad" in out
     assert not [line for line in out.splitlines() if line.lstrip().startswith("PASS  download")], out
+
+
+@pytest.mark.parametrize("fps", [[], {}, [24, 25], "24"])
+def test_a_handoff_fps_of_any_json_type_is_no_crash(tmp_path, capsys, fps):
+    """Found by the fuzz tier (tests/test_fuzz_commands.py): a handoff fps given as a list made every graph check
+    raise 'unhashable type' (validate, doctor, run and the editor route alike)."""
+    graph = json.loads((Path(__file__).resolve().parent.parent / "workflows" / "api" / "h3kit_handoff_demo.json")
+                       .read_text())
+    next(n for n in graph.values() if n["class_type"] == "H3KitDraftToLTX")["inputs"]["fps"] = fps
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(graph))
+    assert call(validate, path) == 2
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and "input 'fps'" in out
