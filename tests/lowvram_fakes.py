@@ -104,15 +104,30 @@ class CastLinear(nn.Linear):
     def forward(self, x):
         if not (self.comfy_cast_weights or self.weight_function or self.bias_function):
             return F.linear(x, self.weight, self.bias)
-        weight = self.weight.to(device=x.device, dtype=x.dtype, copy=True)
-        for fn in self.weight_function:
-            weight = fn(weight)
+        # cast_bias_weight: a copy only when a function patches the weight or the dtype differs
+        weight = self.weight.to(device=x.device, copy=bool(self.weight_function))
+        if self.weight_function or weight.dtype != x.dtype:
+            weight = weight.to(dtype=x.dtype)
+            for fn in self.weight_function:
+                weight = fn(weight)
         bias = None
         if self.bias is not None:
-            bias = self.bias.to(device=x.device, dtype=x.dtype, copy=True)
+            bias = self.bias.to(device=x.device, copy=bool(self.bias_function)).to(dtype=x.dtype)
             for fn in self.bias_function:
                 bias = fn(bias)
         return F.linear(x, weight, bias)
+
+
+class CastRMSNorm(nn.RMSNorm):
+    """comfy.ops RMSNorm: F.rms_norm on `.weight` unless `comfy_cast_weights`; then the weight cast to the input's."""
+
+    comfy_cast_weights = False
+
+    def forward(self, x):
+        weight = self.weight
+        if self.comfy_cast_weights and weight is not None:
+            weight = weight.to(device=x.device, dtype=x.dtype)
+        return F.rms_norm(x, self.normalized_shape, weight, self.eps)
 
 
 def _swiglu(x):
@@ -221,11 +236,10 @@ def host_quant_ops() -> tuple[types.ModuleType, dict[str, type]]:
         "TensorCoreFP8E4M3Layout": e4m3,
         "TensorCoreFP8E5M2Layout": _fp8_layout(torch.float8_e5m2),
         "TensorCoreNVFP4Layout": _nvfp4_layout(),
-        "TensorWiseINT8Layout": ck.tensor.TensorWiseINT8Layout,
-        "TensorCoreConvRotW4A4Layout": ck.tensor.TensorCoreConvRotW4A4Layout,
-        "TensorCoreMXFP8Layout": ck.tensor.TensorCoreMXFP8Layout,
-        "AsymW4A8Int8Layout": ck.tensor.AsymW4A8Int8Layout,
     }
+    for name in ("TensorWiseINT8Layout", "TensorCoreConvRotW4A4Layout", "TensorCoreMXFP8Layout", "AsymW4A8Int8Layout"):
+        if hasattr(ck.tensor, name):  # kitchen's own classes, registered as they are (older kitchens lack some)
+            layouts[name] = getattr(ck.tensor, name)
     module.ck = ck
     module.QuantizedTensor = QuantizedTensor
     module.get_layout_class = ck.tensor.get_layout_class
@@ -300,6 +314,14 @@ class QuantLinear(nn.Module):
         return out.reshape(*shape[:-1], self.out_features) if reshaped else out
 
 
+def manual_cast(module: nn.Module) -> nn.Module:
+    """Every stand-in layer of `module` casts its weights per call, like comfy.ops.manual_cast layers."""
+    for layer in module.modules():
+        if isinstance(layer, (CastLinear, CastRMSNorm)):
+            layer.comfy_cast_weights = True
+    return module
+
+
 def quantize_layers(module: nn.Module, names: tuple[str, ...], quant: str, **kw) -> None:
     """Replace the named Linear children (dotted) of `module` by QuantLinear copies."""
     for name in names:
@@ -317,8 +339,8 @@ class H3Attention(nn.Module):
         self.heads, self.head_dim = heads, head_dim
         inner = heads * head_dim
         self.qkv_proj = CastLinear(hidden, 3 * inner, bias=False)
-        self.q_norm = nn.RMSNorm(head_dim, eps=eps)
-        self.k_norm = nn.RMSNorm(head_dim, eps=eps)
+        self.q_norm = CastRMSNorm(head_dim, eps=eps)
+        self.k_norm = CastRMSNorm(head_dim, eps=eps)
         self.out_proj = CastLinear(inner, hidden, bias=False)
 
     def forward(self, x, rope_freqs=None, transformer_options={}):  # noqa: B006 - the host's signature
@@ -376,7 +398,7 @@ def _mod_gate(x, gate, other, segments):
 class DiTBlock(nn.Module):
     def __init__(self, hidden, heads, head_dim, ffn, t_dim=8, eps=1e-5, qk_eps=1e-5):
         super().__init__()
-        self.norm1, self.norm2 = nn.RMSNorm(hidden, eps=eps), nn.RMSNorm(hidden, eps=eps)
+        self.norm1, self.norm2 = CastRMSNorm(hidden, eps=eps), CastRMSNorm(hidden, eps=eps)
         self.attn = H3Attention(hidden, heads, head_dim, qk_eps)
         self.mlp = H3MLP(hidden, ffn)
         self.adaln_proj = AdalnProj(t_dim, hidden, 6, 3)
@@ -435,11 +457,15 @@ def _interleaved_cos_sin(t, cos, sin):
 
 
 def _split_cos_sin(t, cos, sin):
+    """0.12.1's split RoPE: both halves scaled by cos, then the cross terms added in place (addcmul_)."""
     b, h, n, _ = cos.shape  # [B, H, T, D/2]
-    x = t.reshape(b, n, h, -1).transpose(1, 2)
-    first, second = x.chunk(2, dim=-1)
-    out = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
-    return out.transpose(1, 2).reshape(t.shape)
+    halves = t.reshape(b, n, h, -1).swapaxes(1, 2)
+    halves = halves.reshape(*halves.shape[:-1], 2, -1)  # [..., 2, D/2]
+    first, second = halves[..., :1, :], halves[..., 1:, :]
+    out = halves * cos.unsqueeze(-2)
+    out[..., :1, :].addcmul_(-sin.unsqueeze(-2), second)
+    out[..., 1:, :].addcmul_(sin.unsqueeze(-2), first)
+    return out.reshape(*out.shape[:-2], -1).swapaxes(1, 2).reshape(b, n, -1)
 
 
 def _rope_v0364(t, pe):
@@ -453,17 +479,19 @@ def _rope_v0121(t, pe):
 
 def _rope_new(t, pe):
     table, split = pe
-    shaped = t.reshape(t.shape[0], t.shape[1], table.shape[2], -1)
-    out = ck.apply_rope_split_half1(shaped, table) if split else ck.apply_rope1(shaped, table)
-    return out.reshape(t.shape)
+    shape = t.shape
+    t = t.reshape(t.shape[0], t.shape[1], table.shape[2], -1)
+    t = ck.apply_rope_split_half1(t, table) if split else ck.apply_rope1(t, table)
+    return t.reshape(shape)
 
 
 def _rope_new_qk(q, k, pe):
     table, split = pe
-    qs = q.reshape(q.shape[0], q.shape[1], table.shape[2], -1)
-    ks = k.reshape(k.shape[0], k.shape[1], table.shape[2], -1)
-    qs, ks = ck.apply_rope_split_half(qs, ks, table) if split else ck.apply_rope(qs, ks, table)
-    return qs.reshape(q.shape), ks.reshape(k.shape)
+    q_shape, k_shape = q.shape, k.shape
+    q = q.reshape(q.shape[0], q.shape[1], table.shape[2], -1)
+    k = k.reshape(k.shape[0], k.shape[1], table.shape[2], -1)
+    q, k = ck.apply_rope_split_half(q, k, table) if split else ck.apply_rope(q, k, table)
+    return q.reshape(q_shape), k.reshape(k_shape)
 
 
 LTX_STYLES = ("v0364", "v0121", "new")
@@ -488,7 +516,7 @@ def ltx_host(style: str) -> types.ModuleType:
                 raise ValueError(f"the {style} host's CrossAttention has no per-head gates")
             inner, context_dim = heads * dim_head, context_dim or query_dim
             self.heads, self.dim_head, self.attn_precision = heads, dim_head, None
-            self.q_norm, self.k_norm = nn.RMSNorm(inner, eps=1e-5), nn.RMSNorm(inner, eps=1e-5)
+            self.q_norm, self.k_norm = CastRMSNorm(inner, eps=1e-5), CastRMSNorm(inner, eps=1e-5)
             self.to_q, self.to_k = CastLinear(query_dim, inner), CastLinear(context_dim, inner)
             self.to_v = CastLinear(context_dim, inner)
             if style == "new":
