@@ -14,13 +14,23 @@ from typing import Any
 
 from ..adapters import bounded_json
 from .facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
+from .filetypes import sniff_file
 from .graph import input_kind, inputs_of, is_link, node_shape_problem, well_formed
+from .model_files import folder_name, how_to_get
 from .problem import ERROR, Problem, has_errors
 from .rules import RULES
 from .rules_files import MODEL_INPUT_FOLDERS
 from .schemas import core_document, providing_pack, unknown_node_advice
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+WORKFLOW_KINDS = {"json", "text", "unknown"}  # parsed; the JSON reader names what is wrong with them
+_EMBEDDED = ("ComfyUI stores the workflow inside the images and videos it saves: drag this file onto ComfyUI's "
+             "canvas, then save it with Workflow > Export (API) and pass that .json")
+NOT_A_WORKFLOW_FIX = {**dict.fromkeys(("png", "webp", "mp4", "webm", "mkv"), _EMBEDDED),
+                      **dict.fromkeys(("safetensors", "gguf", "torch_zip", "pickle"),
+                                      "that is a model or data file; pass the workflow .json (Workflow > Export (API) "
+                                      "in ComfyUI)"),
+                      "empty": "the file is empty: export the workflow again with Workflow > Export (API)"}
 PackLookup = Callable[[str], "str | None"]
 
 
@@ -106,9 +116,8 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folde
             options = [str(o) for o in opts.get("options", [])]
             if folder:
                 listed = f"it has {len(options)} there: {', '.join(options)}" if options else "that folder is empty"
-                problem(f"'{value}' is not in this server's models/{folder} ({listed})",
-                        f"put {value} in models/{folder} (expected on this server), then press R in ComfyUI or "
-                        "restart it")
+                problem(f"'{value}' is not in this server's models/{folder_name(folder)} ({listed})",
+                        how_to_get(str(value), folder))
             else:
                 problem("not one of the allowed options", f"choose one of: {', '.join(options)}")
     return bad
@@ -315,9 +324,13 @@ def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
     """(the parsed JSON, None) or (None, a Problem saying why the file cannot be read)."""
     fix = "pass a readable API-format JSON file (UTF-8, as ComfyUI's Export (API) writes it)"
     try:
-        data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1)
+        kind = sniff_file(path)
+        data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1) if kind is None or kind.key in WORKFLOW_KINDS else b""
     except OSError as exc:
         return None, Problem("-", "-", None, None, f"cannot read {path}: {exc.strerror or exc}", fix)
+    if kind is not None and kind.key not in WORKFLOW_KINDS:
+        return None, Problem("-", "-", None, None, f"{path} is {kind.text}, not a JSON workflow",
+                             NOT_A_WORKFLOW_FIX.get(kind.key, fix))
     try:
         return parse_graph_json(data, f"the workflow file {path}"), None
     except bounded_json.JSONLimitError as exc:

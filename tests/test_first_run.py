@@ -28,7 +28,7 @@ CLONE_NAME = "ComfyUI-H3Kit-main"  # the folder name GitHub's zip download gives
 def comfyui_dir(tmp_path_factory) -> Path:
     comfyui = tmp_path_factory.mktemp("first_run") / "ComfyUI"
     shutil.copytree(REPO, comfyui / "custom_nodes" / CLONE_NAME, ignore=shutil.ignore_patterns(
-        ".git", "__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", "test-artifacts", ".venv", "build"))
+        ".git", ".pylink", "__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", "test-artifacts", ".venv", "build"))
     return comfyui
 
 
