@@ -25,8 +25,8 @@ def two_stage() -> dict:
 
 
 def cli(capsys, *argv: str) -> tuple[int, str]:
-    """(exit code, stderr): every message these tests read is an error or a warning (README, section 'Exit codes
-    and output')."""
+    """(exit code, stderr): every message these tests read is an error or a warning, so it is on stderr
+    (README, section 'Exit codes and output')."""
     code = main(list(argv))
     return code, capsys.readouterr().err
 
