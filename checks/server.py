@@ -31,7 +31,7 @@ Disabled = Mapping[str, Sequence[str]]
 
 
 def native_h3_nodes() -> frozenset[str]:
-    """The core MiniMax-H3 node ids (from the pinned ComfyUI 0.34 schemas): a host that has them has native H3."""
+    """The core MiniMax-H3 node ids (from the pinned schemas): a host that serves one has native H3."""
     return frozenset(name for name, info in core_document()["nodes"].items()
                      if "MiniMaxH3" in name and info.get("pack", "core") == "core")
 
@@ -92,9 +92,10 @@ def comfyui_version_check(version: str | None, graph: dict | None, node_ids: Ite
                           and isinstance(n.get("class_type"), str) and core_since(n["class_type"])
                           and n["class_type"] not in ids}) if isinstance(graph, dict) else []
         if lacking:  # WARN: each of these FAILs under 'nodes' with the same update
+            needed = max((core_since(ct) or "0" for ct in lacking), key=parse_version)
             return Check(WARN, "comfyui version", f"ComfyUI {shown} lacks core nodes this workflow needs "
-                         f"({', '.join(lacking)}; read from its node list): this ComfyUI is older than the workflow, "
-                         f"which needs ComfyUI core >= {MINIMUM}", f"update ComfyUI to >= {MINIMUM}")
+                         f"({', '.join(lacking)}; read from its node list): this ComfyUI is older than the workflow "
+                         f"(ComfyUI {needed} serves them)", f"update ComfyUI to {needed} or later")
         return Check(PASS, "comfyui version", f"{shown}: no native MiniMax-H3 here (read from its node list), so the "
                      "F01 stack does not apply; graphs without H3 nodes (LTX, H3Kit's handoff) run")
     stack = f"ComfyUI {shown}" + (f" with comfy-kitchen {kitchen}" if kitchen else "")

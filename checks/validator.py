@@ -20,7 +20,7 @@ from .host_layout import adapt_node
 from .problem import ERROR, Problem, has_errors
 from .rules import RULES
 from .rules_files import MODEL_INPUT_FOLDERS
-from .schemas import core_document, providing_pack, unknown_node_advice
+from .schemas import core_document, providing_pack, schema_version, unknown_node_advice
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 PackLookup = Callable[[str], "str | None"]
@@ -235,7 +235,7 @@ def _node_problems(graph: dict, schemas: dict, node_id: str, ct: str, info: dict
 
 def core_version_differences(graph: dict, schemas: dict, node_id: str, ct: str, inputs: dict,
                              problems: list[Problem]) -> list[Problem]:
-    """Problems of a core node that the pinned ComfyUI schemas (0.34) would not raise come from this host's
+    """Problems of a core node that the pinned ComfyUI schemas (checks.schemas.schema_version) would not raise come from this host's
     older core, not from the workflow: they become ONE problem naming the difference and the update."""
     pinned_doc = core_document()
     pinned = pinned_doc["nodes"].get(ct)
@@ -250,7 +250,7 @@ def core_version_differences(graph: dict, schemas: dict, node_id: str, ct: str, 
                    and p.input not in user_files]
     if not differences:
         return problems
-    newer = pinned_doc.get("comfyui_version", "0.34.0")
+    newer = schema_version(ct)
     kept = [p for p in problems if p not in differences]
     _, changes = adapt_node(node_id, {"class_type": ct, "inputs": inputs}, schemas[ct])
     moved = {c.old_key for c in changes} | {c.new_key for c in changes}
