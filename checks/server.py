@@ -20,6 +20,7 @@ from .facts import (
     version_text,
 )
 from .graph import nodes_of, upstream_of_inputs, well_formed
+from .model_files import folder_name, how_to_get
 from .problem import FAIL, PASS, WARN, Check
 from .rules_files import model_inputs
 from .rules_lints import SAMPLER_NODES, is_refine, sigmas_of
@@ -31,7 +32,7 @@ Disabled = Mapping[str, Sequence[str]]
 
 
 def native_h3_nodes() -> frozenset[str]:
-    """The core MiniMax-H3 node ids (from the pinned ComfyUI 0.34 schemas): a host that has them has native H3."""
+    """The core MiniMax-H3 node ids (from the pinned schemas): a host that serves one has native H3."""
     return frozenset(name for name, info in core_document()["nodes"].items()
                      if "MiniMaxH3" in name and info.get("pack", "core") == "core")
 
@@ -92,9 +93,10 @@ def comfyui_version_check(version: str | None, graph: dict | None, node_ids: Ite
                           and isinstance(n.get("class_type"), str) and core_since(n["class_type"])
                           and n["class_type"] not in ids}) if isinstance(graph, dict) else []
         if lacking:  # WARN: each of these FAILs under 'nodes' with the same update
+            needed = max((core_since(ct) or "0" for ct in lacking), key=parse_version)
             return Check(WARN, "comfyui version", f"ComfyUI {shown} lacks core nodes this workflow needs "
-                         f"({', '.join(lacking)}; read from its node list): this ComfyUI is older than the workflow, "
-                         f"which needs ComfyUI core >= {MINIMUM}", f"update ComfyUI to >= {MINIMUM}")
+                         f"({', '.join(lacking)}; read from its node list): this ComfyUI is older than the workflow "
+                         f"(ComfyUI {needed} serves them)", f"update ComfyUI to {needed} or later")
         return Check(PASS, "comfyui version", f"{shown}: no native MiniMax-H3 here (read from its node list), so the "
                      "F01 stack does not apply; graphs without H3 nodes (LTX, H3Kit's handoff) run")
     stack = f"ComfyUI {shown}" + (f" with comfy-kitchen {kitchen}" if kitchen else "")
@@ -187,13 +189,12 @@ def model_file_checks(graph: dict, server_schemas: dict, fetch: Callable[[str], 
         files = server_model_list(server_schemas, fetch, ct, name, folder)
         if files is None:
             checks.append(Check(WARN, "model files", f"cannot list the server's '{folder}' folder to find '{filename}'",
-                                f"check that models/{folder}/{filename} exists on the server"))
+                                f"check that models/{folder_name(folder)}/{filename} exists on the server"))
         elif filename not in files:
             listed = f"it has {len(files)} there: {', '.join(files)}" if files else "that folder is empty"
             checks.append(Check(FAIL, "model files", f"node {nid} ({ct}) {name} = '{filename}' is not in the "
-                                f"server's models/{folder} ({listed})",
-                                f"put {filename} in models/{folder} (expected on this server), then press R in "
-                                "ComfyUI or restart it", node_id=nid, input=name))
+                                f"server's models/{folder_name(folder)} ({listed})", how_to_get(filename, folder),
+                                node_id=nid, input=name))
     if not checks:
         checks.append(Check(PASS, "model files", "every model file the workflow names is on the server"))
     return checks
