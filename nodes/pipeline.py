@@ -48,9 +48,9 @@ FIX_F01 = (
     f"and keep the first refine sigma <= {facts.REPAINT_SIGMA_LIMIT:g}"
 )
 FIX_BROKEN_DRAFT = (
-    "stage 1 produced it (the H3 model file, its LoRA or VAE, or fp16 overflow in the H3 draft), and the refine "
-    "cannot repair it: run the H3 half alone (VAEDecode -> PreviewImage) to see it, and check those files. On RTX 20xx "
-    "render the draft in fp32 or bf16 (docs/turing.md)"
+    "stage 1 produced it (the H3 model file, its LoRA or VAE, or an fp16 overflow in the H3 draft), and the refine "
+    "cannot repair it: run the H3 half alone (VAEDecode -> PreviewImage) to see it and check those files; a draft "
+    "computed in fp16 (RTX 20xx) can overflow: compute H3 in fp32"
 )
 FIX_NO_SIGNAL = "the sampler output carries no signal: check the refiner model file and the latent wiring"
 FIX_SOLID = (

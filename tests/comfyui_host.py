@@ -37,8 +37,6 @@ LAUNCH_CONSOLE = "console"  # python -m comfy.cmd.main (installable layout; its 
 # Capabilities, each read from the running server's /object_info (never from its version string).
 NATIVE_H3 = "native MiniMax-H3 nodes"
 LTXAV = "the LTX-2 audio-video model (LTXAV) nodes"
-V3_SAVEVIDEO = "the >=0.34 SaveVideo layout (format.codec)"
-FLAT_SAVEVIDEO = "the flat SaveVideo layout (format + codec)"
 _NODES_OF = {
     NATIVE_H3: ("MiniMaxH3ImageToVideo",),
     # the audio VAE loader exists only where the AV model does; the other two run stage 2
@@ -221,10 +219,6 @@ class ComfyUIServer:
         info = self.served()
         if capability in _NODES_OF:
             return all(node in info for node in _NODES_OF[capability])
-        if capability in (V3_SAVEVIDEO, FLAT_SAVEVIDEO):
-            required = info.get("SaveVideo", {}).get("input", {}).get("required", {})
-            flat = "codec" in required
-            return ("SaveVideo" in info) and (flat if capability == FLAT_SAVEVIDEO else not flat)
         raise ValueError(f"unknown capability {capability!r}")
 
     def require(self, *capabilities: str) -> None:

@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import sys
+import zlib
 from pathlib import Path
 
 import torch
@@ -33,6 +34,12 @@ def build(factory, *args, **kwargs):
     if "operations" in inspect.signature(factory).parameters and "operations" not in kwargs:
         kwargs["operations"] = comfy.ops.disable_weight_init
     return factory(*args, **kwargs)
+
+
+def generator_for(file_name: str, seed: int) -> torch.Generator:
+    """One generator per file: a file's bytes depend on its name and the seed only, not on which other files the
+    same run writes (writers are asked for different subsets)."""
+    return torch.Generator().manual_seed(seed + zlib.crc32(file_name.encode()))
 
 
 def randomize(module: torch.nn.Module, generator: torch.Generator) -> dict[str, torch.Tensor]:

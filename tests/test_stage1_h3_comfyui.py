@@ -25,6 +25,7 @@ from tiny_graphs import (
     LENGTH,
     TARGET_H,
     TARGET_W,
+    nodes_of,
     tiny_graph,
     write_cached_prompts,
     write_reference_images,
@@ -46,10 +47,6 @@ def h3_host(comfyui_server):
     write_cached_prompts(comfyui_server)
     write_reference_images(comfyui_server)
     return comfyui_server
-
-
-def nodes_of(graph: dict, class_type: str) -> list[str]:
-    return [nid for nid, node in graph.items() if node["class_type"] == class_type]
 
 
 def report_shown(entry: dict, graph: dict, source: list) -> dict:
@@ -103,3 +100,63 @@ def test_two_stage_graph_runs_to_its_mp4_with_the_drafts_audio(h3_host, name):
     (guard,) = nodes_of(graph, "H3KitLatentGuard")
     verdict = report_shown(entry, graph, [guard, 1])
     assert verdict["status"] == "ok" and verdict["correlation"]["samples"] >= 0.5, verdict
+
+
+def test_native_lowvram_graph_runs_to_its_mp4_with_both_patches_reported(h3_host):
+    graph, changes = tiny_graph("h3_native_362_lowvram", h3_host, prefix="s1_native")
+    entry = run_ok(h3_host, graph)
+    media = probe(saved_video(h3_host, entry, graph))
+    assert media["size"] == (DRAFT_W, DRAFT_H) and media["frames"] == LENGTH, (media, changes)
+    assert media["audio_streams"] == 1, "VAEDecodeAudio -> CreateVideo: the H3 audio must be in the mp4 (F21)"
+    h3_audio_s = round(LENGTH / FPS * H3_AUDIO_LATENTS_PER_S) / H3_AUDIO_LATENTS_PER_S  # 37 latents: 0.925 s
+    assert abs(media["audio_s"] - h3_audio_s) < MAX_AV_DRIFT_S and abs(media["audio_s"] - LENGTH / FPS) < MAX_AV_DRIFT_S
+    (attention,) = nodes_of(graph, "H3KitLowVRAMAttention")
+    (feed_forward,) = nodes_of(graph, "H3KitChunkFeedForward")
+    for nid in (attention, feed_forward):
+        report = report_shown(entry, graph, [nid, 1])
+        assert report["status"] == "patched" and report["family"] == "h3" and report["layers_patched"] == 1, report
+
+
+@pytest.mark.parametrize("dit", ["nan", "garbage"])
+def test_a_broken_h3_draft_stops_at_the_handoff_not_at_the_refiners_guard(h3_host, dit):
+    """NaN weights, or finite ones whose output overflows: the draft decodes to NaN pixels. The handoff stops it and
+    names stage 1; before, it passed the NaN on and H3KitLatentGuard blamed the LTX refiner (F10's fix)."""
+    h3_host.require(LTXAV)
+    graph, _ = tiny_graph("h3_ltx_two_stage_cached_cond", h3_host, h3=dit, prefix=f"s1_broken_{dit}")
+    entry = h3_host.run_graph(graph, timeout=900)
+    assert entry["status"]["status_str"] == "error"
+    error = execution_error(entry)
+    assert error["node_type"] == "H3KitDraftToLTX", error
+    assert "the H3 draft is broken" in error["exception_message"] and "stage 1" in error["exception_message"]
+    assert not list((h3_host.base_dir / "output" / "h3kit").glob(f"s1_broken_{dit}*"))
+
+
+def run_cli(graph: dict, server, tmp_path, capsys) -> tuple[int, str]:
+    from h3kit.scripts.cli import main
+
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(graph))
+    code = main(["run", str(path), "--server", server.url, "--out", str(tmp_path / "out"), "--quiet", "--timeout", "900"])
+    return code, capsys.readouterr().out
+
+
+def test_run_renders_the_two_stage_graph_and_verifies_its_mp4(h3_host, tmp_path, capsys):
+    """`python -m h3kit run` on the tiny two-stage graph as the test prepared it, SaveVideo still in the shipped
+    layout: run adapts it to this host (and says so), queues it, and verifies the downloaded mp4."""
+    h3_host.require(LTXAV)
+    graph, _ = tiny_graph("h3_ltx_two_stage", h3_host, prefix="s1_run", adapt=False)
+    code, out = run_cli(graph, h3_host, tmp_path, capsys)
+    assert code == 0, out
+    for line in (f"{KEPT_FRAMES} frames decode, not black, not constant", f"{TARGET_W}x{TARGET_H} as the graph asks",
+                 f"{KEPT_FRAMES} frames as the graph asks", "audio present"):
+        assert any(line in row and row.startswith("PASS") for row in out.splitlines()), (line, out)
+    assert len(list((tmp_path / "out").rglob("*.mp4"))) == 1
+
+
+def test_run_stops_a_broken_draft_with_the_handoffs_error(h3_host, tmp_path, capsys):
+    h3_host.require(LTXAV)
+    graph, _ = tiny_graph("h3_ltx_two_stage", h3_host, h3="nan", prefix="s1_run_nan", adapt=False)
+    code, out = run_cli(graph, h3_host, tmp_path, capsys)
+    assert code == 1, out  # README: 1 = execution error
+    assert "FAIL  execution error: node 16 (H3KitDraftToLTX)" in out and "the H3 draft is broken" in out
+    assert not list((tmp_path / "out").rglob("*.mp4"))

@@ -17,7 +17,8 @@ import av
 import pytest
 import tiny_ltx_models
 import torch
-from comfyui_host import FLAT_SAVEVIDEO, LTXAV, execution_error
+from comfyui_host import LTXAV, execution_error
+from h3kit.checks.host_layout import adapt_graph
 from PIL import Image
 from safetensors.torch import load_file
 from tiny_graphs import write_cached_prompts, write_tone
@@ -87,13 +88,10 @@ def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: st
         graph["32"]["inputs"]["latent_image"] = ["a3", 0]
         graph["33"]["inputs"]["reference"] = ["a3", 0]
         graph["34"]["inputs"]["samples"] = ["a4", 0]
-    save = graph["41"]["inputs"]
-    save["filename_prefix"] = f"h3kit/{prefix}"
-    if server.has(FLAT_SAVEVIDEO):  # this host's SaveVideo takes format + codec, not the >=0.34 format.codec
-        save["codec"] = save.pop("format.codec")
+    graph["41"]["inputs"]["filename_prefix"] = f"h3kit/{prefix}"
     graph["s1"] = {"class_type": "SaveLatent", "inputs": {"samples": ["a4" if av else "33", 0],
                                                           "filename_prefix": f"h3kit/{prefix}"}}
-    return graph
+    return adapt_graph(graph, server.served()).graph  # SaveVideo in this host's layout, as `run` adapts it
 
 
 def report_of(entry: dict, node_id: str) -> dict:

@@ -16,7 +16,8 @@ What `tiny_graph` changes (every change is returned as one line of `changes`; no
   exactly that latent: comfy_extras/nodes_minimax_h3.py `_empty_av_latent`);
 - sizes: H3 width x height x length 1344x768x124 (and the others) -> 128x64x22 (22 = 17k+5), handoff target -> 256x128
   (exactly twice the draft, as 672x384 -> 1344x768);
-- SaveVideo: filename_prefix, and its codec input in this host's layout.
+- SaveVideo: filename_prefix; then the pack's own host-layout adaptation (checks/host_layout.py, as `run` and
+  the editor apply it: SaveVideo's codec in this host's layout).
 Everything else (samplers, steps, seeds, shifts, guards, low-VRAM nodes, links) is the shipped graph.
 """
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from comfyui_host import FLAT_SAVEVIDEO
+from h3kit.checks.host_layout import adapt_graph
 from h3kit.nodes.cond_cache_format import save_conditioning
 from PIL import Image
 from tiny_h3_models import AUDIO_VAE, LORA, TEXT_DIM, VIDEO_VAE
@@ -133,20 +134,26 @@ def _short(value) -> str:
 
 
 def tiny_graph(name: str, server, h3: str = "healthy", ltx: str = "healthy", prefix: str | None = None,
-               ) -> tuple[dict, list[str]]:
-    """(the shipped graph `name` made runnable on `server` with the tiny models, the list of what changed)."""
+               adapt: bool = True) -> tuple[dict, list[str]]:
+    """(the shipped graph `name` made runnable on `server` with the tiny models, the list of what changed).
+    adapt=False leaves the host-layout adaptation to the caller (`run` does it itself and prints it)."""
     edit = _Editor(copy.deepcopy(shipped(name)))
     served = server.served()
     for nid in list(edit.graph):
         node = edit.graph.get(nid)
         if node is not None:
             _tiny_node(edit, nid, node, served, h3, ltx)
-    for nid, node in edit.graph.items():
-        if node["class_type"] == "SaveVideo":
-            if prefix:
-                edit.set(nid, "filename_prefix", f"h3kit/{prefix}")
-            _save_video_layout(edit, nid, server)
-    return edit.graph, edit.changes
+    for nid in nodes_of(edit.graph, "SaveVideo"):
+        if prefix:
+            edit.set(nid, "filename_prefix", f"h3kit/{prefix}")
+    if not adapt:
+        return edit.graph, edit.changes
+    adapted = adapt_graph(edit.graph, served)  # the pack's own adaptation, as `run` and the editor apply it
+    return adapted.graph, edit.changes + [change.text() for change in adapted.changes]
+
+
+def nodes_of(graph: dict, class_type: str) -> list[str]:
+    return [nid for nid, node in graph.items() if node["class_type"] == class_type]
 
 
 def _tiny_node(edit: _Editor, nid: str, node: dict, served: dict, h3: str, ltx: str) -> None:
@@ -199,14 +206,3 @@ def _cached_prompt_for(edit: _Editor, clip_id: str, clip_type: str) -> None:
         else:
             pytest.skip(f"{ct} needs an H3 text encoder (clip input): no tiny one is available to these tests yet")
     edit.remove(clip_id, f"{clip_type} text encoder: its prompts are cached")
-
-
-def _save_video_layout(edit: _Editor, nid: str, server) -> None:
-    """SaveVideo's codec in this host's layout (the shipped graphs use the >= 0.34 `format.codec`)."""
-    inputs = edit.graph[nid]["inputs"]
-    if "format.codec" not in inputs:
-        return
-    if server.has(FLAT_SAVEVIDEO):  # v0.3.64, 0.12.1: a plain combo; 0.33.0: a dynamic combo keyed by "h264"
-        codec = inputs.pop("format.codec")
-        inputs["codec"] = codec
-        edit.changes.append(f"node {nid} SaveVideo.format.codec -> codec {codec!r} (this host's SaveVideo layout)")

@@ -64,23 +64,19 @@ def dit_name(kind: str) -> str:
 
 # ------------------------------------------------------------------------------------- test process side
 def install(server, dits: tuple[str, ...] = DIT_KINDS) -> dict:
-    """Write the tiny H3 files into `server`'s models/ with its host's python (once per server and file set);
-    returns {"written": {file name: path}, "dit_config": ...}. `server` is a tests/comfyui_host.ComfyUIServer."""
-    wanted = [dit_name(k) for k in dits] + [VIDEO_VAE, AUDIO_VAE, LORA]
-    done = getattr(server, "_tiny_h3", None)
-    if done and all(name in done["written"] for name in wanted):
-        return done
+    """Write the tiny H3 files into `server`'s models/ with its host's python; files already there are kept (the
+    same seed writes the same bytes). Returns {file name: path}. `server` is a tests/comfyui_host.ComfyUIServer."""
+    paths = {name: server.models_dir / folder / name for folder, name in
+             [("diffusion_models", dit_name(k)) for k in dits] + [("vae", VIDEO_VAE), ("vae", AUDIO_VAE), ("loras", LORA)]}
+    if all(path.is_file() for path in paths.values()):
+        return {name: str(path) for name, path in paths.items()}
     command = [server.python, str(HERE / "tiny_h3_models.py"), "--comfyui-dir", str(server.comfyui_dir),
                "--models", str(server.models_dir)]
     for kind in dits:
         command += ["--dit", kind]
     result = subprocess.run(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"tiny H3 writer failed on {server.host.name}:\n{result.stderr[-4000:]}"
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
-    if done:
-        answer["written"] = {**done["written"], **answer["written"]}
-    server._tiny_h3 = answer
-    return answer
+    return json.loads(result.stdout.strip().splitlines()[-1])["written"]
 
 
 # ------------------------------------------------------------------------------------------ host side
@@ -149,24 +145,21 @@ def main() -> int:
     parser.add_argument("--models", required=True, type=Path)
     parser.add_argument("--dit", action="append", choices=DIT_KINDS, default=None)
     args = parser.parse_args()
-    from host_weights import use_host_on_cpu, write
+    from host_weights import generator_for, use_host_on_cpu, write
 
     use_host_on_cpu(args.comfyui_dir)
-    generator = torch.Generator().manual_seed(SEED)
     written = {}
-    healthy = None
-    for kind in args.dit or ["healthy"]:
-        state = dit_state(kind, generator)
-        healthy = healthy or state
+    for kind in args.dit or ["healthy"]:  # the same random weights for every kind: they differ only where said
         path = args.models / "diffusion_models" / dit_name(kind)
-        write(path, state)
+        write(path, dit_state(kind, generator_for("tiny_h3", SEED)))
         written[path.name] = str(path)
-    outputs = (("loras", LORA, lora_state(healthy, generator), None),
-               ("vae", VIDEO_VAE, video_vae_state(generator), VIDEO_VAE_SIZES),
-               ("vae", AUDIO_VAE, audio_vae_state(generator), AUDIO_VAE_SIZES))
-    for folder, name, state, sizes in outputs:
+    shapes = dit_state("healthy", generator_for("tiny_h3", SEED))
+    outputs = (("loras", LORA, lambda g: lora_state(shapes, g), None),
+               ("vae", VIDEO_VAE, video_vae_state, VIDEO_VAE_SIZES),
+               ("vae", AUDIO_VAE, audio_vae_state, AUDIO_VAE_SIZES))
+    for folder, name, state_of, sizes in outputs:
         path = args.models / folder / name
-        write(path, state, {SIZES_KEY: json.dumps(sizes)} if sizes else None)
+        write(path, state_of(generator_for(name, SEED)), {SIZES_KEY: json.dumps(sizes)} if sizes else None)
         written[name] = str(path)
     print(json.dumps({"written": written, "dit_config": DIT_CONFIG}))
     return 0

@@ -28,7 +28,7 @@ import subprocess
 from pathlib import Path
 
 import torch
-from host_weights import build, config_metadata, randomize, use_host_on_cpu, write
+from host_weights import build, config_metadata, generator_for, randomize, use_host_on_cpu, write
 
 HERE = Path(__file__).resolve().parent
 SEED = 17
@@ -76,23 +76,23 @@ UPSCALER_CONFIG = {"_class_name": "LatentUpsampler", "in_channels": 128, "mid_ch
 
 
 def install(server, dits: tuple[str, ...] = DIT_KINDS) -> dict:
-    """Test-process side: write the tiny LTX-2 files into `server`'s models/ with its host's python, all `dits` in
-    one run (the same files every time: fixed seed); a second call with no new kind writes nothing.
-    `server` is a tests/comfyui_host.ComfyUIServer. Returns the writer's JSON answer."""
-    done = getattr(server, "_tiny_ltx", None)
-    if done and all(f"tiny_ltxav_{kind}.safetensors" in done["written"] for kind in dits):
-        return done
-    kinds = tuple(dict.fromkeys((*(done["kinds"] if done else ()), *dits)))
+    """Test-process side: write the tiny LTX-2 files into `server`'s models/ with its host's python; files already
+    there are kept (the same seed writes the same bytes). Returns {file name: path}.
+    `server` is a tests/comfyui_host.ComfyUIServer."""
+    models = server.models_dir
+    paths = {name: models / folder / name for folder, name in
+             [("diffusion_models", f"tiny_ltxav_{kind}.safetensors") for kind in dits]
+             + [("vae", "tiny_ltx_video_vae.safetensors"), ("latent_upscale_models", "tiny_ltx_upscaler_x2.safetensors"),
+                ("checkpoints", "tiny_ltx_audio_vae.safetensors")]}
+    if all(path.is_file() for path in paths.values()):
+        return {name: str(path) for name, path in paths.items()}
     command = [server.python, str(HERE / "tiny_ltx_models.py"), "--comfyui-dir", str(server.comfyui_dir),
-               "--models", str(server.models_dir)]
-    for kind in kinds:
+               "--models", str(models)]
+    for kind in dits:
         command += ["--dit", kind]
     result = subprocess.run(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"tiny LTX writer failed on {server.host.name}:\n{result.stderr[-4000:]}"
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
-    answer["kinds"] = kinds
-    server._tiny_ltx = answer
-    return answer
+    return json.loads(result.stdout.strip().splitlines()[-1])["written"]
 
 
 def dit_state(kind: str, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -147,21 +147,20 @@ def main() -> int:
     parser.add_argument("--dit", action="append", choices=DIT_KINDS, default=None)
     args = parser.parse_args()
     use_host_on_cpu(args.comfyui_dir)
-    generator = torch.Generator().manual_seed(SEED)
     written = {}
-    for kind in args.dit or ["healthy"]:
+    for kind in args.dit or ["healthy"]:  # the same random weights for every kind: they differ only where said
         path = args.models / "diffusion_models" / f"tiny_ltxav_{kind}.safetensors"
-        write(path, dit_state(kind, generator), config_metadata({"transformer": DIT_CONFIG}))
+        write(path, dit_state(kind, generator_for("tiny_ltxav", SEED)), config_metadata({"transformer": DIT_CONFIG}))
         written[path.name] = str(path)
-    path = args.models / "vae" / "tiny_ltx_video_vae.safetensors"
-    write(path, vae_state(generator), config_metadata({"vae": VAE_CONFIG}))
-    written[path.name] = str(path)
-    path = args.models / "latent_upscale_models" / "tiny_ltx_upscaler_x2.safetensors"
-    write(path, upscaler_state(generator), config_metadata(UPSCALER_CONFIG))
-    written[path.name] = str(path)
-    path = args.models / "checkpoints" / "tiny_ltx_audio_vae.safetensors"  # LTXVAudioVAELoader reads checkpoints/
-    write(path, audio_vae_state(generator), config_metadata({"audio_vae": AUDIO_VAE_CONFIG, "vocoder": VOCODER_CONFIG}))
-    written[path.name] = str(path)
+    others = (("vae", "tiny_ltx_video_vae.safetensors", vae_state, {"vae": VAE_CONFIG}),
+              ("latent_upscale_models", "tiny_ltx_upscaler_x2.safetensors", upscaler_state, UPSCALER_CONFIG),
+              # LTXVAudioVAELoader reads checkpoints/
+              ("checkpoints", "tiny_ltx_audio_vae.safetensors", audio_vae_state,
+               {"audio_vae": AUDIO_VAE_CONFIG, "vocoder": VOCODER_CONFIG}))
+    for folder, name, state_of, config in others:
+        path = args.models / folder / name
+        write(path, state_of(generator_for(name, SEED)), config_metadata(config))
+        written[name] = str(path)
     print(json.dumps({"written": written, "dit_config": DIT_CONFIG}))
     return 0
 
