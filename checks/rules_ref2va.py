@@ -21,14 +21,19 @@ VISUAL_GROUPS = ("ref_images", "ref_videos")
 AUDIO_GROUPS = ("ref_video_audios", "ref_audios")
 
 
+AUTOGROW_KINDS = ("AUTOGROW", "COMFY_AUTOGROW_V3")  # the pinned schemas' name, and what /object_info serves
+
+
 def autogrow_groups(info: dict) -> dict[str, dict]:
-    """{group name: options} for every Autogrow input of a node schema."""
+    """{group name: {"prefix", "min", "max", ...}} for every Autogrow input of a node schema, in either layout:
+    pinned (options at the top level) or served by /object_info (ComfyUI 0.33.0: under "template")."""
     groups = {}
     for section in ("required", "optional"):
         for name, spec in info.get("input", {}).get(section, {}).items():
             kind, opts = input_kind(spec)
-            if kind == "AUTOGROW":
-                groups[name] = opts
+            if kind in AUTOGROW_KINDS:
+                template = opts.get("template") if isinstance(opts.get("template"), dict) else {}
+                groups[name] = {**template, **{k: v for k, v in opts.items() if k != "template"}}
     return groups
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import h3kit
 import pytest
-from comfyui_host import execution_error
+from comfyui_host import NATIVE_H3, execution_error
 from h3kit.checks.validator import validate_file, validate_graph
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.ref2va import (
@@ -654,7 +654,44 @@ def test_the_hosts_last_slot_is_taken_and_one_more_is_refused(offline, group):
     assert problem.input == f"{group}.{group[:-1]}_{n}" and f"{group[:-1]}_{n - 1}" in problem.message
 
 
+LIVE_REF2VA_GROUPS = {  # how ComfyUI 0.33.0's /object_info serves the Autogrow inputs (template holds the options)
+    group: ["COMFY_AUTOGROW_V3", {"template": {"input": {"required": {group[:-1]: ["IMAGE", {}]}},
+                                               "prefix": f"{group[:-1]}_", "min": 0, "max": n}}]
+    for group, n in SLOTS.items()}
+
+
+def test_the_served_autogrow_layout_is_read_too(offline):
+    from h3kit.checks.rules_ref2va import autogrow_groups
+
+    live = copy.deepcopy(offline)
+    live["MiniMaxH3ReferenceToVideo"]["input"]["optional"].update(LIVE_REF2VA_GROUPS)
+    groups = autogrow_groups(live["MiniMaxH3ReferenceToVideo"])
+    assert {g: (o["prefix"], o["max"]) for g, o in groups.items()} == {
+        g: (f"{g[:-1]}_", n) for g, n in SLOTS.items()}
+    graph = wired(_two_characters(offline), images=tuple(range(10)))
+    problem = only(rule_problems(graph, live, "lint_autogrow_api_form"), "is not a slot of")
+    assert problem.input == "ref_images.ref_image_9"
+
+
 # ----------------------------------------------------------------------------- tier (b)
+
+
+@pytest.mark.comfyui
+def test_ref2va_limits_are_the_hosts(comfyui_server):
+    from h3kit.checks import facts
+    from h3kit.checks.rules_ref2va import autogrow_groups, slot_prefix
+
+    comfyui_server.require(NATIVE_H3)
+    info = comfyui_server.object_info()["MiniMaxH3ReferenceToVideo"]
+    length = info["input"]["required"]["length"][1]
+    assert (length["min"], length["max"], length["step"]) == (facts.H3_LENGTH_MIN, facts.H3_LENGTH_HOST_MAX,
+                                                              facts.H3_LENGTH_STEP)
+    groups = autogrow_groups(info)
+    assert {g: o["max"] for g, o in groups.items()} == facts.H3_REF_SLOTS
+    assert all(o["prefix"] == slot_prefix(g) for g, o in groups.items())
+    prompt = H3KitRef2VAPrompt.INPUT_TYPES()["required"]
+    assert {g: prompt[g][1]["max"] for g in facts.H3_REF_SLOTS} == facts.H3_REF_SLOTS
+    assert prompt["length"][1]["max"] == length["max"]
 
 
 @pytest.mark.comfyui
