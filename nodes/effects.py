@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from ..adapters.host import host_choices, host_loaded, host_module
+from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
-from ..checks import facts
+from ..checks import facts, server
 from ..checks.rules_lints import effect_prompt_wiring
 from . import effect_tokens
 from .common import H3KitInputError, Report, category, log_once
@@ -405,6 +405,15 @@ def _selected_effects(effects: list[str]) -> list[str]:
     return [e for e in effects if e and e != NONE]
 
 
+def _version_note(report: Report) -> None:
+    """Effect rows go into the host's MiniMax-H3 conditioning: said when this ComfyUI serves no native H3 (read from
+    its node registry, not its version number: 0.33.0 has it, the 0.12.1 fork has not)."""
+    ids = server.running_host_node_ids()
+    if ids is not None and not ids & server.native_h3_nodes():
+        report.warn(f"ComfyUI {comfyui_version() or '(version unknown)'} serves no native MiniMax-H3 nodes (read from "
+                    "its node list): the effect rows need its H3 text encoder and conditioning")
+
+
 def _file_signature(effects: list[str]) -> str:
     """Changes when an effect file is replaced, so ComfyUI re-runs the node instead of reusing a cached result."""
     parts = []
@@ -481,6 +490,7 @@ class H3KitEffectPrompt:
                 graph: dict | None = None, unique_id: Any = None) -> tuple[str, str, Any]:
         node = type(self).__name__
         report = Report(node).set(position_requested=position, strength=strength)
+        _version_note(report)
         if not isinstance(strength, (int, float)) or not math.isfinite(strength) or strength < 0:
             raise H3KitInputError(node, "strength", strength, "must be a finite number >= 0", "use 1.0")
         chosen = [(name, value) for name, value in (("effect", effect), ("effect_2", effect_2), ("effect_3", effect_3))
@@ -749,6 +759,7 @@ class H3KitEffectSplice:
                 strength: float = 1.0) -> tuple[list, str]:
         node = type(self).__name__
         report = Report(node).set(position_requested=position, strength=strength)
+        _version_note(report)
         if not math.isfinite(strength) or strength < 0:
             raise H3KitInputError(node, "strength", strength, "must be a finite number >= 0", "use 1.0")
         moved, _ = split_leading_markers(prompt)
