@@ -78,15 +78,19 @@ class Listener:
 
     def note(self, text: str) -> None: ...
 
+    def warn(self, text: str) -> None: ...
+
 
 class ProgressBar(Listener):
     """One tqdm bar per job: nodes done of the graph's nodes, the running node and its sampler step.
-    Silent with --quiet or when stderr is not a terminal."""
+    Silent with --quiet or when stderr is not a terminal. `say(label, text)` prints a result line (stdout),
+    `warn(label, text)` a warning (stderr): the CLI's stream rule."""
 
-    def __init__(self, graph: dict, label: str, position: int, quiet: bool, say: Callable[[str, str], None]):
+    def __init__(self, graph: dict, label: str, position: int, quiet: bool, say: Callable[[str, str], None],
+                 warn: Callable[[str, str], None]):
         from tqdm import tqdm
 
-        self.graph, self.label, self.say = graph, label, say
+        self.graph, self.label, self.say, self.warn_line = graph, label, say, warn
         total = sum(1 for n in graph.values() if isinstance(n, dict))
         self.done: set[str] = set()
         self.bar = tqdm(total=total, unit="node", desc=label.strip() or "run", position=position, leave=True,
@@ -120,7 +124,13 @@ class ProgressBar(Listener):
         if self.bar.disable:
             self.say(self.label, text)
         else:
-            self.bar.write(printable(f"{self.label}{text}"))
+            self.bar.write(printable(f"{self.label}{text}"), file=sys.stdout)
+
+    def warn(self, text: str) -> None:
+        if self.bar.disable:
+            self.warn_line(self.label, f"WARN  {text}")
+        else:
+            self.bar.write(printable(f"{self.label}WARN  {text}"), file=sys.stderr)
 
     def finished(self, success: bool) -> None:
         """Fill the bar when the job succeeded (nodes we never heard about ran or came from the cache)."""
@@ -346,7 +356,7 @@ class Follower:
     def _note(self, text: str) -> None:
         if text != self.last_note:
             self.last_note = text
-            self.listener.note(printable(text, 300))
+            self.listener.warn(printable(text, 300))
 
     def _on_timeout(self) -> Outcome:
         """F26: before giving up, ask the queue; a job the server still holds is not a failure."""

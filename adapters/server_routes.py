@@ -34,6 +34,7 @@ from typing import Any
 from ..checks.environment import kitchen_version, local_checks
 from ..checks.graph import is_link
 from ..checks.host_layout import Adaptation, adapt_graph
+from ..checks.invocation import command
 from ..checks.problem import FAIL, PASS, WARN, Check
 from ..checks.schemas import class_info, providing_pack
 from ..checks.server import comfyui_version_check
@@ -227,7 +228,7 @@ async def handle_preflight(request: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
         LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
         return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {exc})",
-                      "see the ComfyUI log; `python -m h3kit doctor --workflow FILE` runs the same checks")
+                      f"see the ComfyUI log; `{command('doctor --workflow FILE')}` runs the same checks")
     report["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
     return web.json_response(report)
 
@@ -281,7 +282,7 @@ def register_routes(pack_folder: str) -> bool:
     routes = getattr(prompt_server, "routes", None)
     if routes is None:
         log_once("server_routes", "H3Kit: this ComfyUI exposes no PromptServer routes, so the graph editor's "
-                 "preflight is off; the H3KitPreflight node and `python -m h3kit doctor` still check graphs")
+                 f"preflight is off; the H3KitPreflight node and `{command('doctor')}` still check graphs")
         return False
     try:
         routes.get(PREFLIGHT_ROUTE)(describe_preflight)
