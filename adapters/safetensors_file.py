@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.filetypes import HEAD_BYTES, FileKind, sniff
+from ..checks.filetypes import MAX_SAFETENSORS_HEADER as MAX_HEADER_BYTES  # one source: the library's value
 from .files import open_regular
 
-MAX_HEADER_BYTES = 100_000_000  # the library's MAX_HEADER_SIZE
 # H3Kit's own bound, below the library's: '{' + '[' bytes in a header, counted before it is parsed. A model has a
 # few thousand tensors (3 containers each; 16k for a quantized LTX-2); 100 MB of empty tensor entries would
 # otherwise cost 3.2 GiB and 4 minutes to parse in Python.

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..adapters.files import open_regular
 
 HEAD_BYTES = 4096  # enough for every signature below and a safetensors header's first key
-MAX_SAFETENSORS_HEADER = 100 * 2**20  # the safetensors library's own limit on the JSON header
+MAX_SAFETENSORS_HEADER = 100_000_000  # the safetensors library's own limit on the JSON header (MAX_HEADER_SIZE)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ NOT_LIMITS = {
     "nodes/ref2va.py:MAX_LENGTH": "the H3 frame grid's maximum (checks.facts), a domain fact",
     "nodes/ref2va.py:MAX_REFS": "reference counts of the Ref2VA node, a domain fact",
     "checks/graph_edit.py:MAX_SEED": "the largest seed run writes, a domain fact",
+    "checks/facts.py:H3_REF_SLOTS": "the host's Ref2VA slot counts, a domain fact",
     "kernels/testpattern.py:GAP_S": "a gap in the synthetic test tone",
     "kernels/testpattern.py:TONE_STEP_S": "the synthetic test tone's step",
     "kernels/chunked.py:BUDGET_MAX": "low-VRAM planning, not input",
