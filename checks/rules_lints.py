@@ -16,6 +16,7 @@ from . import facts
 from .graph import (
     UNKNOWN,
     class_of,
+    is_link,
     model_upstream,
     nodes_of,
     resolved,
@@ -229,7 +230,7 @@ def _typed_markers(graph: dict) -> list[Problem]:
     for nid, node in nodes_of(graph, *H3_PROMPT_NODES):
         inputs = node.get("inputs", {})
         prompt, clip = inputs.get("prompt"), inputs.get("clip")
-        prepared = isinstance(clip, list) and class_of(graph, str(clip[0])) == EFFECT_PROMPT
+        prepared = is_link(clip) and class_of(graph, str(clip[0])) == EFFECT_PROMPT  # [] is no link
         if isinstance(prompt, str) and re.search(r"(?:^|\s)embedding:\S", prompt) and not prepared:
             problems.append(Problem(
                 nid, node["class_type"], "prompt", prompt[:60],

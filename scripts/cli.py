@@ -14,6 +14,7 @@ from importlib import import_module
 from ..adapters.crash_log import unexpected_error
 from ..checks.facts import EXIT_INTERRUPTED
 from ..checks.invocation import cli_command
+from ..checks.problem import printable
 from ..nodes.conditioning_cache import pack_version
 
 # command -> (module in scripts/, one-line help). Each module has add_arguments(parser), run(args) -> int and
@@ -37,8 +38,16 @@ def exit_epilog(statuses: dict[int, str]) -> str:
         f". Errors and warnings go to stderr, results to stdout ({EXIT_TABLE_HINT})."
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, whose error lines echo what was typed: made printable first (a pasted argument may carry
+    terminal escapes). Subcommand parsers are of this class too (argparse passes its own class down)."""
+
+    def error(self, message: str):
+        super().error(printable(message))
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog or cli_command(),
         description="H3Kit: MiniMax-H3 -> LTX-2.5 two-stage pipeline tools for ComfyUI.",
     )

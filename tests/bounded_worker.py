@@ -107,7 +107,10 @@ def _serve_cli() -> None:
         request = json.loads(line)
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli.main(request["argv"])
+            try:
+                code = cli.main(request["argv"])
+            except SystemExit as exc:  # argparse's own exit (2 for bad arguments, 0 for --help), as in a shell
+                code = exc.code if isinstance(exc.code, int) else 1
         sys.__stdout__.write(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue()}) + "\n")
         sys.__stdout__.flush()
 

@@ -213,3 +213,50 @@ def test_server_commands_on_any_object_info(worker, server, tmp_path_factory, in
             "doctor": ["doctor", "--server", server.url, "--workflow", workflow, "--no-local", "--timeout", "20"]}
     check(worker, argv[command])
     assert {p.relative_to(folder).parts[0] for p in folder.rglob("*") if p.is_file()} <= {"wf.json", "out"}
+
+
+# ------------------------------------------------------------------------------------- any command line at all
+@st.composite
+def command_lines(draw, folder: Path, server_url: str) -> list[str]:
+    """A command of COMMANDS (not `demo`, which renders for seconds, nor `workflows`, which rewrites the shipped
+    UI copies) with arguments drawn from what users and attackers type: flags, paths to hostile files, odd text."""
+    from h3kit.scripts.cli import COMMANDS
+
+    command = draw(st.sampled_from(sorted(set(COMMANDS) - {"demo", "workflows"})))
+    sub = {"cond": [draw(st.sampled_from(["info", "list", "import", "build", "bogus"]))],
+           "convert": [draw(st.sampled_from(["bf16-to-fp16", "x"]))]}.get(command, [])
+    files = [str(p) for p in sorted(folder.iterdir())]
+    words = st.one_of(st.sampled_from(files + ["--json", "--server", server_url, "--timeout", "1", "--dir", str(folder),
+                                               "--models-dir", "--no-local", "--overwrite", "--quiet", "--text", "--clip",
+                                               "--name", "--out", str(folder / "out"), "-", "", "CON", "a" * 300,
+                                               "é" * 200, "/dev/zero", "../../etc", "--runs", "0", "--seed", "random",
+                                               "--set", "1.x=2", "--max-job-download", "-5", "nan"]),
+                      st.text(max_size=12))
+    return [command, *sub, *draw(st.lists(words, max_size=6))]
+
+
+@pytest.fixture(scope="module")
+def hostile_folder(tmp_path_factory):
+    """Files of every kind a command may be handed: workflows good and bad, a cache, a model, a pickle, a FIFO."""
+    import os
+
+    folder = tmp_path_factory.mktemp("hostile")
+    (folder / "good.json").write_text(json.dumps(GRAPH))
+    (folder / "deep.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    (folder / "model.safetensors").write_bytes(safetensors_bytes({"t": {"dtype": "BF16", "shape": [0, 2**64 - 1],
+                                                                        "data_offsets": [0, 0]}}, b""))
+    (folder / "cache.safetensors").write_bytes(safetensors_bytes({"__metadata__": {
+        "h3kit_format": "h3kit.conditioning", "h3kit_format_version": "1", "structure": "[" * 70 + "]" * 70,
+        "tensors": "{}"}}, b""))
+    (folder / "old.pt").write_bytes(b"\x80\x04\x95" + b"\x00" * 20)
+    (folder / "page.html").write_text("<html>not a model</html>")
+    os.mkfifo(folder / "pipe.json")
+    return folder
+
+
+@SERVER
+@given(st.data())
+def test_any_command_line(worker, server, hostile_folder, data):
+    server.reset()
+    argv = data.draw(command_lines(hostile_folder, server.url))
+    check(worker, argv)

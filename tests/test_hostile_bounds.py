@@ -63,6 +63,12 @@ def run(workflow: Path, server: FakeComfy, out: Path, *extra: str) -> int:
     return call(runmod, workflow, "--server", server.url, "--out", out, "--quiet", *extra)
 
 
+def shown(capsys) -> str:
+    """Everything the command printed: results on stdout, errors and warnings on stderr (the stream rule)."""
+    captured = capsys.readouterr()
+    return captured.out + captured.err
+
+
 def timed(function, *args) -> tuple[object, float, int]:
     """(result, seconds, peak Python heap bytes) of one call."""
     tracemalloc.start()
@@ -93,7 +99,7 @@ def test_a_huge_autogrow_max_builds_nothing(workflow, server, tmp_path, capsys, 
     server.object_info = info
     module, argv = server_commands(workflow, server, tmp_path / "out")[command]
     code, seconds, peak = timed(call, module, *argv)
-    out = capsys.readouterr().out
+    out = shown(capsys)
     assert code in (0, 1) and seconds < 10 and peak < 64 * MIB, (code, seconds, peak)
     assert "Autogrow group of" in out and "at most 100" in out and "Traceback" not in out
 
@@ -108,7 +114,7 @@ def test_object_info_one_byte_per_second_stops_at_the_timeout(workflow, server, 
     started = time.monotonic()
     code = call(module, *argv)
     assert time.monotonic() - started < 6
-    assert code == 3, capsys.readouterr().out
+    assert code == 3, shown(capsys)
 
 
 def test_a_trickled_answer_without_timeout_is_cut_at_the_answer_limit(workflow, server, tmp_path, monkeypatch, capsys):
@@ -119,7 +125,7 @@ def test_a_trickled_answer_without_timeout_is_cut_at_the_answer_limit(workflow, 
     started = time.monotonic()
     assert run(workflow, server, tmp_path / "out") == 3
     assert time.monotonic() - started < 5
-    assert "no complete answer within the 1 s allowed" in capsys.readouterr().out
+    assert "no complete answer within the 1 s allowed" in shown(capsys)
 
 
 def test_trickled_headers_are_cut_at_the_deadline():
@@ -179,7 +185,7 @@ def test_a_trickled_websocket_message_falls_back_to_polling(workflow, server, tm
     started = time.monotonic()
     assert run(workflow, server, tmp_path / "out") == 0
     assert time.monotonic() - started < 15
-    assert "did not arrive whole within" in capsys.readouterr().out
+    assert "did not arrive whole within" in shown(capsys)
 
 
 def test_a_job_nobody_holds_is_lost_without_a_timeout(workflow, server, tmp_path, monkeypatch, capsys):
@@ -191,7 +197,7 @@ def test_a_job_nobody_holds_is_lost_without_a_timeout(workflow, server, tmp_path
     started = time.monotonic()
     assert run(workflow, server, tmp_path / "out") == 1
     assert time.monotonic() - started < 5
-    assert "neither holds the job" in capsys.readouterr().out
+    assert "neither holds the job" in shown(capsys)
     assert server.calls.count("/queue") == comfy_jobs.LOST_AFTER_MISSES == 2
 
 
@@ -225,7 +231,7 @@ def test_a_server_that_answers_nothing_about_the_job_is_unreachable(workflow, se
     server.history = lambda _pid: Body(502, b"Bad Gateway")
     server.queue = Body(502, b"Bad Gateway")
     assert run(workflow, server, tmp_path / "out") == 4
-    assert "answered no question about the job" in capsys.readouterr().out
+    assert "answered no question about the job" in shown(capsys)
 
 
 def fifo(tmp_path: Path, name: str) -> Path:
@@ -340,7 +346,7 @@ def test_a_server_listing_200_outputs_gets_the_job_cap(workflow, server, tmp_pat
         extra = ["--max-job-download", "500"]
     assert run(workflow, server, tmp_path / "out", *extra) == 1
     written = list((tmp_path / "out" / "p1").iterdir())
-    out = capsys.readouterr().out
+    out = shown(capsys)
     assert len(written) == 5, out
     assert ("200 output files; 5 are fetched" in out) if limit == "files" else ("total download limit of 500" in out)
 
@@ -358,8 +364,8 @@ def cache_surfaces(path: Path, capsys) -> str:
     """cond info and cond list on the file (both must refuse it with one line) and the load node's check."""
     from h3kit.nodes.conditioning_cache import H3KitLoadConditioning
 
-    assert call(cond, "info", path) == 1
-    assert call(cond, "list", "--dir", path.parent) == 0
+    assert call(cond, "info", path) == 2  # a file that is not a usable cache (scripts/cond.py EXIT_STATUSES)
+    assert call(cond, "list", "--dir", path.parent) == 1  # the folder holds an unusable file
     os.environ[cond.ENV_VAR] = str(path.parent)
     try:
         verdict = H3KitLoadConditioning.VALIDATE_INPUTS(path.name)
@@ -455,7 +461,7 @@ def test_a_wrong_typed_schema_is_reported_never_a_traceback(workflow, server, tm
     server.object_info = {**OBJECT_INFO, "EmptyImage": WRONG_SCHEMAS[case]}
     module, argv = server_commands(workflow, server, tmp_path / "out")[command]
     code = call(module, *argv)
-    out = capsys.readouterr().out
+    out = shown(capsys)
     assert code in (0, 1) and "Traceback" not in out and "crashed" not in out, out
     assert "not in ComfyUI's /object_info shape" in out and "so its inputs were not checked" in out
 
@@ -475,10 +481,10 @@ def test_a_symlink_loop_in_models_is_not_a_crash(tmp_path, capsys, where):
     path = tmp_path / "wf.json"
     path.write_text(json.dumps(graph))
     code = call(doctor, "--workflow", path, "--models-dir", models, "--no-local")
-    out = capsys.readouterr().out
+    out = shown(capsys)
     assert "Traceback" not in out
-    if where == "file":  # a loop is no file: not found, like any missing model (the server check names it)
-        assert code == 0 and "0 FAIL" in out, out
+    if where == "file":  # a loop is no file: the model is missing (exit 1), said as for any missing model
+        assert code == 1 and "'loop.safetensors' is not in" in out, out
     else:
         assert code == 2 and "looped is not a folder" in out, out
 
@@ -647,7 +653,7 @@ def test_a_newline_in_server_text_never_starts_a_line(workflow, server, tmp_path
         f"2\n{INJECTED}": {"class_type": f"S\n{INJECTED}", "errors": [{"message": f"m\n{INJECTED}",
                                                                        "details": f"d\n{INJECTED}"}]}}}).encode())
     assert run(workflow, server, tmp_path / "out") == 2
-    out = capsys.readouterr().out
+    out = shown(capsys)
     assert out.count("boom") == 1 and "bad" in out
     assert not [line for line in out.splitlines() if line.lstrip().startswith("PASS  download")], out
 
@@ -662,5 +668,5 @@ def test_a_handoff_fps_of_any_json_type_is_no_crash(tmp_path, capsys, fps):
     path = tmp_path / "wf.json"
     path.write_text(json.dumps(graph))
     assert call(validate, path) == 2
-    out = capsys.readouterr().out
+    out = shown(capsys)
     assert "Traceback" not in out and "input 'fps'" in out

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from pathlib import Path
+from subprocess import run as run_process
 
 import torch
 
@@ -74,7 +74,7 @@ def install(server, dits: tuple[str, ...] = DIT_KINDS) -> dict:
                "--models", str(server.models_dir)]
     for kind in dits:
         command += ["--dit", kind]
-    result = subprocess.run(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=900)
+    result = run_process(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"tiny H3 writer failed on {server.host.name}:\n{result.stderr[-4000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])["written"]
 
