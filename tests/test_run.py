@@ -546,7 +546,7 @@ def test_run_end_to_end_on_real_comfyui_then_cache_hit(comfyui_server, tmp_path,
 
 
 @pytest.mark.comfyui
-def test_doctor_reports_old_comfyui_as_fail_for_the_two_stage_refine(comfyui_server, tmp_path, capsys):
+def test_doctor_names_core_nodes_a_host_lacks_not_f01(comfyui_server, tmp_path, capsys):
     from h3kit.scripts import doctor
 
     graph = {
@@ -570,10 +570,10 @@ def test_doctor_reports_old_comfyui_as_fail_for_the_two_stage_refine(comfyui_ser
     # issue 17: judged from the host's node list (no native H3 here), named a core-version difference, not F01
     version_line = next(line for line in out.splitlines() if line.startswith("WARN  comfyui version"))
     assert version_line == (f"WARN  comfyui version: ComfyUI {version} lacks core nodes this workflow needs "
-                            "(LTXVLatentUpsampler; read from its node list): this ComfyUI is older than the workflow, "
-                            "which needs ComfyUI core >= 0.34.0")
+                            "(LTXVLatentUpsampler; read from its node list): this ComfyUI is older than the workflow "
+                            "(ComfyUI 0.12.1 serves them)")
     assert ("FAIL  nodes: node 3: 'LTXVLatentUpsampler' is a ComfyUI core node this ComfyUI does not have: this "
-            "ComfyUI is older than the workflow (ComfyUI core >= 0.34.0) (F35)") in out
+            "ComfyUI is older than the workflow (ComfyUI 0.12.1 serves it) (F35)") in out
     assert "F01" not in out
 
 
