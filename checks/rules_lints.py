@@ -188,10 +188,16 @@ def effect_prompt_wiring(graph: dict, node_id: str) -> list[Problem]:
     """F15 family: the prompt of H3KitEffectPrompt `node_id` must be encoded by the CLIP it hands out, or its markers
     meet a tokenizer H3Kit did not prepare (plain text on ComfyUI 0.33.0, and `strength` is not applied)."""
     node = graph.get(node_id)
-    if not isinstance(node, dict) or not _adds_markers(node):
+    if not isinstance(node, dict):
         return []
     has_clip = isinstance(node.get("inputs", {}).get("clip"), list)
-    problems = []
+    users = _links_to(graph, node_id, EFFECT_PROMPT_CLIP_OUTPUT)
+    problems = [Problem(cid, consumer.get("class_type", "?"), "clip", [node_id, EFFECT_PROMPT_CLIP_OUTPUT],
+                        f"takes {EFFECT_PROMPT}'s clip output (node {node_id}), but that node has no text encoder on "
+                        "its 'clip' input, so the output is empty", f"connect the text encoder (CLIPLoader) to node "
+                        f"{node_id}'s 'clip' input") for cid, consumer in users if not has_clip]
+    if not _adds_markers(node):
+        return problems
     for cid, consumer in _links_to(graph, node_id, 0):
         clip = consumer.get("inputs", {}).get("clip")
         if not isinstance(clip, list):
