@@ -26,6 +26,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from functools import lru_cache
 from pathlib import Path
 from re import compile as regex
 from typing import Any
@@ -240,9 +241,9 @@ def _watched_connection(base: type) -> type:
     return Watched
 
 
-def _watched_session():
-    """A requests session whose connections report their sockets to the current _Watch."""
-    import requests
+@lru_cache(maxsize=1)
+def _watched_adapter() -> type:
+    """requests' HTTPAdapter whose connection pools make _watched_connection()s (built once, on first use)."""
     from requests.adapters import HTTPAdapter
     from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
@@ -257,10 +258,17 @@ def _watched_session():
             super().init_poolmanager(*args, **kwargs)
             self.poolmanager.pool_classes_by_scheme = {"http": HTTPPool, "https": HTTPSPool}
 
+    return Adapter
+
+
+def _watched_session():
+    """A requests session whose connections report their sockets to the current _Watch."""
+    import requests
+
     session = requests.Session()
     session.trust_env = False  # a proxy from the environment must not see or redirect local traffic
     for prefix in ("http://", "https://"):
-        session.mount(prefix, Adapter())
+        session.mount(prefix, _watched_adapter()())
     return session
 
 

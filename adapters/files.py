@@ -109,12 +109,13 @@ def open_regular(path: Path | str, mode: str = "rb", buffering: int = -1) -> IO:
     opened file itself (opened without blocking, so a FIFO cannot hang us), not on the name."""
     if mode not in ("rb", "r"):
         raise ValueError(f"open_regular reads; mode {mode!r}")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # POSIX: opening a FIFO without it waits for a writer
+    fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_BINARY", 0))
     try:
         problem = _kind_problem(os.fstat(fd).st_mode)
         if problem is not None:
             raise NotARegularFile(errno.EINVAL, problem, str(path))
-        if hasattr(os, "set_blocking"):
+        if nonblock:
             os.set_blocking(fd, True)
         return os.fdopen(fd, mode, buffering=buffering, **({"encoding": "utf-8"} if mode == "r" else {}))
     except BaseException:
