@@ -76,7 +76,9 @@ async def _read_all(stream: Any, cap: int) -> bytes:
 
 def prompt_graph(body: Any) -> tuple[dict, Any]:
     """(the API graph under "prompt", the "absent" map) of a parsed body, or RequestRefused: at most MAX_NODES
-    nodes, each {"class_type": "<name>", "inputs": {...}} (the first one that is not is named)."""
+    nodes, each an object whose class_type, when present, is text and whose inputs, when present, an object (the
+    first one that is not is named). A node without class_type passes: the editor sends one for a node type this
+    server lacks, and the checks report it on its node."""
     graph = body.get("prompt") if isinstance(body, dict) else None
     if not isinstance(graph, dict):
         raise RequestRefused(400, "no 'prompt' object in the body")
@@ -87,6 +89,15 @@ def prompt_graph(body: Any) -> tuple[dict, Any]:
                              "check a smaller graph, or use `python -m h3kit validate FILE`")
     for node_id, node in graph.items():
         problem = node_shape_problem(node_id, node)
-        if problem is not None:
+        if problem is not None and _never_sent_by_an_editor(node):
             raise RequestRefused(400, f"{problem.where()}: {problem.message}", problem.fix)
     return graph, body.get("absent")
+
+
+def _never_sent_by_an_editor(node: Any) -> bool:
+    """A node shape no ComfyUI frontend sends: not an object, a class_type that is not text, inputs that are not
+    an object. (A missing class_type, or one with odd characters, is the checks' to report on the node.)"""
+    if not isinstance(node, dict):
+        return True
+    class_type, inputs = node.get("class_type"), node.get("inputs", {})
+    return (class_type is not None and not isinstance(class_type, str)) or not isinstance(inputs, dict)

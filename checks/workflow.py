@@ -91,7 +91,8 @@ def preflight_checks(graph: dict, schemas: dict, locate: Locate | None, availabl
     nodes the host lacks (F35, when its node list is known), schema checks and every rule, safetensors
     headers (with `locate`) and model files missing from the host's folders. `ignore`: a class_type left
     out (the preflight node itself)."""
-    graph = {nid: n for nid, n in graph.items() if not (isinstance(n, dict) and n.get("class_type") == ignore)}
+    graph = {nid: n for nid, n in graph.items()  # (a node without class_type is not the ignored one: reported)
+             if not (ignore is not None and isinstance(n, dict) and n.get("class_type") == ignore)}
     available = None if available_nodes is None else set(available_nodes)
     shaped = well_formed(graph)  # malformed nodes are reported by workflow_checks' schema check
     checks = (missing_node_checks(shaped, available, disabled, pack_of)
