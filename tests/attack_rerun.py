@@ -22,18 +22,24 @@ import json
 import os
 import resource
 import shutil
+import signal
 import struct
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
-from subprocess import PIPE, Popen, TimeoutExpired
+from subprocess import PIPE, STDOUT, Popen
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from fake_comfy import GRAPH, OBJECT_INFO, Body, FakeComfy, history_entry  # noqa: E402
+from test_hostile_bounds import silent_flac_mkv  # noqa: E402
 
+FLAC: list[bytes] = []  # the .mkv the FLAC attack serves (made once)
 SECONDS = 60.0
 MEMORY = 4 * 2**30
+RUNAWAY_MIB = 1536  # peak resident size judged runaway (importing torch and the pack takes about 400 MiB)
 
 
 def limits() -> None:
@@ -41,24 +47,35 @@ def limits() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def run(pythonpath: str, argv: list[str], cwd: Path, code: str | None = None) -> tuple[str, int | None, str]:
-    """(outcome, exit code, output) of one process: `python -m h3kit ARGV`, or `python -c CODE`."""
+def run(pythonpath: str, argv: list[str], cwd: Path, code: str | None = None) -> tuple[str, int | None, str, float]:
+    """(outcome, exit code, output, peak resident MiB) of one process: `python -m h3kit ARGV`, or `python -c CODE`."""
     command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "h3kit", *argv]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([pythonpath, str(HERE)]), "H3KIT_LOG_DIR": str(cwd / "logs")}
-    process = Popen(command, cwd=cwd, stdout=PIPE, stderr=PIPE, text=True, env=env, preexec_fn=limits,
-                    start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=SECONDS)
-    except TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-        return "hang", None, (out + err)[-400:]
-    text = out + err
-    if "MemoryError" in text or "Cannot allocate memory" in text or "out of memory" in text or process.returncode < 0:
-        return "memory", process.returncode, text[-400:]
+    process = Popen(command, cwd=cwd, stdout=PIPE, stderr=STDOUT, env=env, preexec_fn=limits, start_new_session=True)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stdout.read(65536), b"")), daemon=True)
+    reader.start()
+    ends = time.monotonic() + SECONDS
+    status = usage = None
+    while time.monotonic() < ends:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.05)
+    else:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, status, usage = os.wait4(process.pid, 0)
+        reader.join(5)
+        return "hang", None, b"".join(chunks).decode(errors="replace"), usage.ru_maxrss / 1024
+    reader.join(5)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    text, peak = b"".join(chunks).decode(errors="replace"), usage.ru_maxrss / 1024
+    if "MemoryError" in text or "Cannot allocate memory" in text or "out of memory" in text or process.returncode < 0 \
+            or peak > RUNAWAY_MIB:
+        return "memory", process.returncode, text, peak
     if "Traceback (most recent call last)" in text:
-        return "traceback", process.returncode, text[-400:]
-    return "held", process.returncode, text[-400:]
+        return "traceback", process.returncode, text, peak
+    return "held", process.returncode, text, peak
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -94,6 +111,9 @@ def server_attacks() -> list[tuple[str, str, dict, list[str]]]:
         ("200 listed outputs of 100 KB, a 1 MB total asked", "disk",
          {"history": lambda: history_entry(outputs={"2": {"images": listed}}), "view": lambda: Body(200, b"x" * 100_000)},
          ["run", wf, "--server", "{url}", "--out", out, "--timeout", "60", "--max-job-download", "1000000"]),
+        ("20-minute silent FLAC in a small .mkv, verified", "memory",
+         {"history": lambda: history_entry(outputs={"2": {"images": [{"filename": "t.mkv", "subfolder": "", "type": "output"}]}}),
+          "view": lambda: Body(200, FLAC[0])}, ["run", wf, "--server", "{url}", "--out", out, "--timeout", "55"]),
         ("newline in server error text", "terminal", {"history": lambda: history_entry(status="error", outputs={}, messages=[
             ["execution_error", {"prompt_id": "p1", "node_id": "2", "node_type": "X",
                                  "exception_message": "boom\nPASS  download: node 2 -> /tmp/evil.png"}]])},
@@ -207,12 +227,14 @@ def main() -> int:
     (link / "h3kit").symlink_to(args.pack.resolve(), target_is_directory=True)
     results = []
 
-    def record(name, category, outcome, code, text, extra=""):
+    def record(name, category, outcome, code, text, peak, extra=""):
+        lines = [line for line in text.strip().splitlines() if "on-prompt handlers" not in line]
         results.append({"attack": name, "category": category, "outcome": outcome, "exit": code,
-                        "detail": (extra or text.strip().splitlines()[-1] if text.strip() else extra)[:240]})
-        print(f"{outcome:9} exit={code!s:5} {name}: {results[-1]['detail'][:140]}", flush=True)
+                        "peak_mib": round(peak), "detail": (extra or (lines[-1] if lines else ""))[:240]})
+        print(f"{outcome:9} exit={code!s:5} peak={peak:6.0f} MiB  {name}: {results[-1]['detail'][:130]}", flush=True)
 
     has_total_cap = "--max-job-download" in run(str(link), ["run", "--help"], Path(tempfile.gettempdir()))[2]
+    FLAC.append(silent_flac_mkv(Path(tempfile.mkdtemp(prefix="h3kit-attack-media-")) / "long.mkv", 20).read_bytes())
     server = FakeComfy()
     try:
         for name, category, setup, argv in server_attacks():
@@ -231,7 +253,7 @@ def main() -> int:
             if "--max-job-download" in argv and not has_total_cap:  # a checkout without the cap: no way to ask
                 argv = argv[:argv.index("--max-job-download")]
             before = snapshot(work)
-            outcome, code, text = run(str(link), argv, work)
+            outcome, code, text, peak = run(str(link), argv, work)
             server.send = FakeComfy.send.__get__(server)
             after = snapshot(work)
             written = [p for p in after if p not in before and not p.startswith("out/")]
@@ -250,7 +272,7 @@ def main() -> int:
             if outcome == "held" and name.startswith("reserved download") and (work / "out").exists() and any(
                     p.name.split(".")[0].upper() == "CON" for p in (work / "out").rglob("*")):
                 outcome, extra = "terminal", "saved under the reserved name CON"
-            record(name, category, outcome, code, text, extra)
+            record(name, category, outcome, code, text, peak, extra)
             shutil.rmtree(work, ignore_errors=True)
     finally:
         server.close()
@@ -258,15 +280,15 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="h3kit-attack-files-"))
     for name, category, argv in file_attacks(work):
         before = snapshot(work)
-        outcome, code, text = run(str(link), argv, work)
+        outcome, code, text, peak = run(str(link), argv, work)
         lost = [p for p in before if snapshot(work).get(p) != before[p]]
-        record(name, category, "loss" if outcome == "held" and lost else outcome, code, text)
+        record(name, category, "loss" if outcome == "held" and lost else outcome, code, text, peak)
     shutil.rmtree(work, ignore_errors=True)
 
     code_text = ROUTE_CODE.replace("WORKFLOWS", str(args.pack.resolve() / "workflows" / "api"))
     for name, category, case in route_attacks():
         work = Path(tempfile.mkdtemp(prefix="h3kit-attack-route-"))
-        outcome, code, text = run(str(link), [], work, code=code_text.replace("sys.argv[1]", repr(case)))
+        outcome, code, text, peak = run(str(link), [], work, code=code_text.replace("sys.argv[1]", repr(case)))
         line = next((line for line in text.splitlines() if line.startswith("STATUS")), "")
         if outcome == "held" and line:
             status, want = int(line.split()[1]), line.split("WANT")[1].split("]")[0]
@@ -274,7 +296,7 @@ def main() -> int:
                 outcome = "traceback"
             elif str(status) not in want:
                 outcome = "wrong"
-        record(name, category, outcome, code, text, line[:200])
+        record(name, category, outcome, code, text, peak, line[:200])
         shutil.rmtree(work, ignore_errors=True)
 
     counts = {k: sum(r["outcome"] == k for r in results) for k in ("hang", "memory", "traceback", "escape", "loss",
