@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..checks.environment import local_checks
+from ..checks.environment import kitchen_version, local_checks
 from ..checks.graph import is_link
 from ..checks.problem import FAIL, PASS, WARN, Check
 from ..checks.schemas import class_info, providing_pack
@@ -155,7 +155,8 @@ def served_node_classes() -> Mapping[str, type]:
 
 
 def server_environment(graph: dict) -> list[Check]:
-    return [comfyui_version_check(comfyui_version(), graph, set(served_node_classes())), *machine_checks()]
+    return [comfyui_version_check(comfyui_version(), graph, set(served_node_classes()), kitchen_version()),
+            *machine_checks()]
 
 
 def comfyui_host(graph: dict) -> HostView:

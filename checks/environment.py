@@ -33,6 +33,11 @@ def dist_version(*names: str) -> str | None:
     return None
 
 
+def kitchen_version() -> str | None:
+    """The comfy-kitchen installed in this Python (inside ComfyUI: the host's own)."""
+    return dist_version("comfy-kitchen", "comfy_kitchen", "comfy-kitchen-no-cuda")
+
+
 def cuda_major(cuda_version: str | None) -> int | None:
     """'13.0' -> 13; None for CPU builds."""
     if not cuda_version:
@@ -202,7 +207,7 @@ def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registr
 
 
 def check_kitchen(comfyui: str | None = None) -> list[Check]:
-    version = dist_version("comfy-kitchen", "comfy_kitchen", "comfy-kitchen-no-cuda")
+    version = kitchen_version()
     if version is None or importlib.util.find_spec("comfy_kitchen") is None:
         return kitchen_checks(version, None, comfyui=comfyui)
     try:

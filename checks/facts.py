@@ -38,8 +38,13 @@ SIGMA_EXAMPLE = "0.78, 0.643, 0.546, 0"
 H3_EMBEDDING_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
 
 # ------------------------------------------------------------------------------------------- versions
-MIN_COMFYUI = (0, 34, 0)  # native H3 + LTX-2.5, correct two-stage refine (F01), effect embeddings (§A6)
+MIN_COMFYUI = (0, 34, 0)  # the ComfyUI of the field report's correct stack; it imports only with MIN_KITCHEN (X07)
 MIN_KITCHEN = (0, 2, 31)  # comfy-kitchen that ComfyUI 0.34 imports (X07)
+# F01, the field report's two data points for the two-stage H3 -> LTX refine (field-notes §A6; torch 2.13.0+cu130 in
+# both): (ComfyUI, comfy-kitchen). Nothing is known about the stacks between them; the run-time correlation guard
+# (H3KitLatentGuard with 'reference') is what catches a garbage refine on any host.
+F01_CORRECT_STACK = ((0, 34, 0), (0, 2, 31))
+F01_GARBAGE_STACK = ((0, 30, 0), (0, 2, 26))
 MIN_TORCH_CUDA_MAJOR = 13  # kitchen's CUDA backend (FP4 GEMM) needs a CUDA 13 torch build (F12)
 
 

@@ -78,26 +78,6 @@ def connected_slots(node: dict, group: str) -> int:
     return sum(1 for name, value in node.get("inputs", {}).items() if name.startswith(group + ".") and is_link(value))
 
 
-def lint_ref2va_vaes(graph: dict, schemas: dict) -> list[Problem]:
-    """Without vae / audio_vae, references only reach the text encoder (weaker identity, no error)."""
-    problems = []
-    for nid, node in graph.items():
-        if not isinstance(node, dict) or node.get("class_type") != REF2VA:
-            continue
-        inputs = node.get("inputs", {})
-        visual = sum(connected_slots(node, g) for g in VISUAL_GROUPS)
-        audio = sum(connected_slots(node, g) for g in AUDIO_GROUPS)
-        for vae, refs, what in (("vae", visual, "images/videos"), ("audio_vae", audio, "audio")):
-            if refs and not is_link(inputs.get(vae)):
-                problems.append(Problem(
-                    str(nid), REF2VA, vae, None,
-                    f"{refs} reference {what} connected but '{vae}' is not: they then only condition the text encoder "
-                    "(a graph converted from MiniMaxH3ImageToVideo typically lacks audio_vae)",
-                    f"connect the H3 {'audio ' if vae == 'audio_vae' else 'video '}VAE (VAELoader) to '{vae}'; for "
-                    "deliberate text-encoder-only images use MiniMaxH3TextEncoderOnlyReference"))
-    return problems
-
-
 def lint_ref2va_prompt_counts(graph: dict, schemas: dict) -> list[Problem]:
     """H3KitRef2VAPrompt's reference counts and length must match the Ref2VA node its prompt feeds."""
     problems = []
@@ -128,4 +108,4 @@ def lint_ref2va_prompt_counts(graph: dict, schemas: dict) -> list[Problem]:
     return problems
 
 
-REF2VA_RULES = [lint_autogrow_api_form, lint_ref2va_vaes, lint_ref2va_prompt_counts]
+REF2VA_RULES = [lint_autogrow_api_form, lint_ref2va_prompt_counts]

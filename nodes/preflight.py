@@ -89,7 +89,7 @@ def environment_checks(graph: dict) -> list[Check]:
     checks = environment.local_checks()
     version = comfyui_version()
     if version is not None:
-        checks.append(server.comfyui_version_check(version, graph))
+        checks.append(server.comfyui_version_check(version, graph, kitchen=environment.kitchen_version()))
     return checks
 
 

@@ -47,9 +47,11 @@ from ..checks.graph_edit import (
     parse_upload,
     upload_input_name,
 )
+from ..checks.host_layout import adapt_graph
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
+from ..checks.server import server_version_check
 from ..checks.validator import load_graph_file, validate_with_rules
 from . import schemas as schema_src
 
@@ -214,8 +216,9 @@ def read_workflow(path: Path) -> dict:
 
 
 def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: float | None) -> dict[str, dict]:
-    """One copy of the graph per server, with that server's names for the uploaded files, validated against
-    that server's /object_info (read again after uploading, so its file lists include the new files)."""
+    """One copy of the graph per server, with that server's names for the uploaded files, adapted to that server's
+    input layout (checks.host_layout: each change printed) and validated against its /object_info (read again
+    after uploading, so its file lists include the new files)."""
     graphs = {}
     for server in servers:
         copy = json.loads(json.dumps(graph))
@@ -224,6 +227,11 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
             if uploads:
                 apply_uploads(client, copy, uploads, info)
                 info = client.object_info()
+            say("", f"{server}: {server_version_check(client, copy, info).line()}")
+        adaptation = adapt_graph(copy, info)  # this host's input layout (SaveVideo's three), shown change by change
+        for change in adaptation.changes:
+            say("", f"{server}: ADAPTED {change.text()}")
+        copy = adaptation.graph
         problems = validate_with_rules(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
         for p in problems:
             say("", f"{server}: {p}")

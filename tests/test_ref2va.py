@@ -404,10 +404,24 @@ def test_misspelled_autogrow_slot_is_an_error(offline):
     only(_rule_errors(graph, offline), "is not a slot of 'ref_images'")
 
 
-def test_missing_vae_with_references_is_an_error(offline):
+@pytest.mark.parametrize("vae", ["vae", "audio_vae"])
+def test_missing_vae_is_the_hosts_required_input_error(offline, vae):
+    """0.33.0 declares vae and audio_vae required on MiniMaxH3ReferenceToVideo (its /object_info): a missing one is a
+    schema error, as /prompt reports it (no text-encoder-only path exists there)."""
     graph = _two_characters(offline)
-    del graph[_ref_node_id(graph)]["inputs"]["vae"]
-    only(_rule_errors(graph, offline), "only condition the text encoder")
+    node_id = _ref_node_id(graph)
+    del graph[node_id]["inputs"][vae]
+    problem = only(_rule_errors(graph, offline), "required VAE input is missing")
+    assert (problem.node_id, problem.input) == (node_id, vae)
+
+
+def test_reference_images_take_image_only(offline):
+    graph = _two_characters(offline)
+    node_id = _ref_node_id(graph)
+    graph["90"] = {"class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 672, "height": 384, "length": 124}}
+    graph[node_id]["inputs"]["ref_images.ref_image_0"] = ["90", 0]
+    problem = only(_rule_errors(graph, offline), "receives LATENT")
+    assert problem.message.endswith("but needs IMAGE")
 
 
 def test_prompt_counts_must_match_the_wired_references(offline):

@@ -4,6 +4,7 @@ tier (b) end to end against a real ComfyUI."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import threading
 import wave
@@ -539,3 +540,45 @@ def test_doctor_reports_old_comfyui_as_fail_for_the_two_stage_refine(comfyui_ser
     assert ("FAIL  nodes: node 3: 'LTXVLatentUpsampler' is a ComfyUI core node this ComfyUI does not have: this "
             "ComfyUI is older than the workflow (ComfyUI core >= 0.34.0) (F35)") in out
     assert "F01" not in out
+
+
+# --- issue 23: the graph is adapted to the host's SaveVideo layout before it is queued -----------------
+
+def savevideo_0330() -> dict:
+    return json.loads((Path(__file__).parent / "data" / "savevideo_0.33.0.json").read_text())["SaveVideo"]
+
+
+def test_run_adapts_the_shipped_savevideo_layout_to_the_hosts_and_says_so(tmp_path, good_video, capsys):
+    """The >= 0.34 layout (format.codec) queued to a 0.33.0-layout host: `codec` is what SaveVideo reads there."""
+    graph = copy.deepcopy(IMAGE_GRAPH)
+    graph["3"]["inputs"] = {"video": ["2", 0], "filename_prefix": "t", "format": "mp4", "format.codec": "h264"}
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(graph))
+    fake = FakeComfy(good_video, object_info={**FAKE_OBJECT_INFO, "SaveVideo": savevideo_0330()})
+    try:
+        code = run_cli([str(path), "--server", fake.url, "--out", str(tmp_path / "out")])
+    finally:
+        fake.close()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ("ADAPTED node 3 (SaveVideo): input 'format.codec' -> 'codec' (value 'h264' unchanged): this ComfyUI's "
+            "SaveVideo takes it there") in out
+    (posted,) = fake.posted
+    assert posted["prompt"]["3"]["inputs"] == {"video": ["2", 0], "filename_prefix": "t", "format": "mp4",
+                                               "codec": "h264"}
+    assert json.loads(path.read_text()) == graph  # the file is never rewritten
+
+
+def test_run_refuses_a_codec_the_host_lacks_with_the_hosts_options_before_queueing(tmp_path, capsys):
+    graph = copy.deepcopy(IMAGE_GRAPH)
+    graph["3"]["inputs"] = {"video": ["2", 0], "filename_prefix": "t", "format": "mp4", "format.codec": "av1"}
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(graph))
+    fake = FakeComfy(object_info={**FAKE_OBJECT_INFO, "SaveVideo": savevideo_0330()})
+    try:
+        code = run_cli([str(path), "--server", fake.url, "--out", str(tmp_path / "out")])
+    finally:
+        fake.close()
+    out = capsys.readouterr().out
+    assert code == 2 and fake.posted == []
+    assert "node 3 (SaveVideo) input 'codec'" in out and "choose one of: auto, h264" in out

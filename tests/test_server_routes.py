@@ -133,7 +133,7 @@ def test_f35_missing_node_names_the_pack_that_provides_it():
     report = server_routes.preflight_report(graph, lambda g: host)
     (item,) = [c for c in report["checks"] if c["check"] == "nodes"]
     assert item["status"] == "FAIL" and "LTXVLatentUpsampler" in item["detail"]
-    assert item["fix"] == "update ComfyUI to >= 0.34.0"  # a core node: this ComfyUI is older than the workflow
+    assert item["fix"] == "update ComfyUI to 0.12.1 or later"  # a core node: the oldest test host that serves it
     assert graph[item["node_id"]]["class_type"] == "LTXVLatentUpsampler"
 
 
@@ -153,8 +153,8 @@ def test_nodes_the_frontend_left_out_are_reported_missing_not_as_dangling_links(
     host = server_routes.HostView(SCHEMAS, set(SCHEMAS) - set(absent.values()), pack_of=providing_pack)
     report = server_routes.preflight_report(server_routes.with_absent_nodes(sent, absent), lambda g: host)
     missing = {c["node_id"] for c in report["checks"] if c["check"] == "nodes" and c["status"] == FAIL}
-    assert missing == set(absent) and all("ComfyUI core >= 0.34.0" in c["detail"] and c["fix"] == "update ComfyUI to >= "
-                                          "0.34.0" for c in report["checks"] if c["check"] == "nodes")
+    assert missing == set(absent) and all("(ComfyUI 0.33.0 serves it)" in c["detail"] and c["fix"] == "update ComfyUI "
+                                          "to 0.33.0 or later" for c in report["checks"] if c["check"] == "nodes")
     assert not [c for c in report["checks"] if "not in the graph" in c["detail"]]
     status, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": sent, "absent": {**absent, "13": "X"}})
     assert status == 200 and json.loads(body)["status"] == FAIL  # an id already in the graph is not replaced

@@ -155,3 +155,46 @@ def test_core_schema_file_is_pinned_to_a_version():
     assert doc["comfyui_version"] and doc["sources"]
     for name, info in doc["nodes"].items():
         assert {"input", "output", "output_node"} <= set(info), name
+
+
+# --- issue 23: validate's false alarms on a real host ---------------------------------------------------
+
+def test_a_missing_input_image_is_the_users_file_not_an_older_comfyui(offline):
+    """On a host, LoadImage's combo lists the input folder: a file that is not there is to upload, whatever the
+    ComfyUI version (it was reported as "ComfyUI is older than the workflow")."""
+    served = copy.deepcopy(offline)
+    served["LoadImage"] = {**served["LoadImage"], "input": {"required": {
+        "image": [["other.png", "ref_b.png"], {"image_upload": True}]}}}
+    graph = {"1": {"class_type": "LoadImage", "inputs": {"image": "ref_a.png"}},
+             "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}}}
+    (problem,) = validate_graph(graph, served)
+    assert problem.input == "image" and "older than" not in problem.message
+    assert problem.message == "'ref_a.png' is not in this server's input folder (it has 2 there)"
+    assert problem.fix == ("upload ref_a.png (python -m h3kit run --upload 1=PATH, or drop the file on the node in "
+                           "ComfyUI), or copy it into ComfyUI's input folder")
+    assert validate_graph(graph, offline) == []  # offline: which files a host has is the server's to say
+
+
+def test_a_folder_validates_every_json_file_in_it(tmp_path):
+    result = run_process([sys.executable, "-m", "h3kit", "validate", str(schemas.API_WORKFLOWS_DIR)],
+                         capture_output=True, text=True, timeout=300)
+    shipped = sorted(Path(schemas.API_WORKFLOWS_DIR).glob("*.json"))
+    assert result.returncode == 0, result.stdout
+    assert [line.split(":")[0] for line in result.stdout.splitlines() if line.startswith("OK ")] == [
+        f"OK {p}" for p in shipped]
+    assert "Is a directory" not in result.stdout + result.stderr
+
+
+def test_a_folder_without_json_files_fails_with_a_clear_line(tmp_path):
+    result = run_process([sys.executable, "-m", "h3kit", "validate", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stdout.strip() == (f"FAIL {tmp_path}: a folder with no .json file in it; pass workflow files or a "
+                                     "folder that holds them (e.g. workflows/api)")
+
+
+def test_run_and_doctor_name_a_folder_as_a_folder(tmp_path):
+    from h3kit.checks.validator import load_graph_file
+
+    graph, problem = load_graph_file(tmp_path)
+    assert graph is None and problem.message == f"{tmp_path} is a folder, not a workflow file"
