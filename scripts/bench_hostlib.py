@@ -298,7 +298,7 @@ class VramCap:
     the same limit as a fraction where CuPy is missing."""
 
     def __init__(self, cap_bytes: int | None):
-        self.cap, self.pointer, self.how = cap_bytes, None, "uncapped"
+        self.cap, self.pointer, self.how, self.ballast = cap_bytes, None, "uncapped", 0
 
     def __enter__(self) -> VramCap:
         if self.cap is None:
@@ -310,7 +310,7 @@ class VramCap:
         try:
             import cupy
 
-            self.pointer = cupy.cuda.runtime.malloc(ballast)
+            self.pointer, self.ballast = cupy.cuda.runtime.malloc(ballast), ballast
             self.how = f"{ballast / 2**30:.1f} GiB held by cudaMalloc: {self.cap / 2**30:.1f} GiB left free"
         except ImportError:
             torch.cuda.set_per_process_memory_fraction(self.cap / total)
