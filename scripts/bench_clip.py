@@ -43,7 +43,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import torch
+ROOT_EARLY = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":  # with --host: the host's allocator and VRAM set-up before torch loads (as its main.py)
+    sys.path.insert(0, str(ROOT_EARLY / "scripts"))
+    import bench_hoststart
+
+    bench_hoststart.start_from_argv(sys.argv, dynamic_vram=True)
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "workflows" / "api" / "h3_ltx_two_stage_cached_cond.json"

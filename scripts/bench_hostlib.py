@@ -10,7 +10,6 @@ read; the compute of a forward does not depend on the values.
 from __future__ import annotations
 
 import math
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,24 +25,13 @@ def import_host(host_dir: Path, argv: list[str], dynamic_vram: bool = False) -> 
     """Import the host at `host_dir` as main.py does it with `argv` (its own parser, allocator and VRAM set-up).
 
     dynamic_vram: also start comfy-aimdo and switch to ModelPatcherDynamic where main.py would (it does so by
-    default on NVIDIA, unless --disable-dynamic-vram); the log line says which patcher the host uses.
+    default on NVIDIA, unless --disable-dynamic-vram); `patcher` says which patcher the host uses. Call
+    bench_hoststart.start_from_argv before torch is imported, or the host's allocator choice cannot apply.
     """
-    host_dir = Path(host_dir).resolve()
-    if str(host_dir) not in sys.path:
-        sys.path.insert(0, str(host_dir))
-    sys.argv = ["main.py", *argv]
-    import comfy.options
+    import bench_hoststart
 
-    comfy.options.enable_args_parsing()
-    import cuda_malloc  # noqa: F401 - sets PYTORCH_CUDA_ALLOC_CONF exactly as main.py does, before torch starts CUDA
-    from comfy.cli_args import args, enables_dynamic_vram
-
-    aimdo = None
-    if dynamic_vram and enables_dynamic_vram():
-        import comfy_aimdo.control as aimdo
-
-        headroom = None if args.reserve_vram is None else int(args.reserve_vram * 1024 ** 3)
-        aimdo.init(simple_vram_headroom=headroom, nvml_pressure=not args.disable_nvml_pressure)
+    state = bench_hoststart.start(host_dir, argv, dynamic_vram)
+    host_dir, args, aimdo = state["host_dir"], state["args"], state["aimdo"]
     import comfy.memory_management
     import comfy.model_management as mm
     import comfy.model_patcher

@@ -36,7 +36,13 @@ import time
 import types
 from pathlib import Path
 
-import torch
+ROOT_EARLY = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":  # with --host: the host's allocator and VRAM set-up before torch loads (as its main.py)
+    sys.path.insert(0, str(ROOT_EARLY / "scripts"))
+    import bench_hoststart
+
+    bench_hoststart.start_from_argv(sys.argv, dynamic_vram=False)
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 H3_FULL = {"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336, "rot": 96, "tokens": [10_000, 37_000, 108_000]}
