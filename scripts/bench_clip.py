@@ -115,8 +115,16 @@ class SyntheticFiles:
         return sd, metadata
 
     def _meta(self, factory):
-        with torch.device("meta"):
-            return factory()
+        """The host's module built on the meta device with its plain layers (no memory). With comfy-aimdo on, the
+        host's Linear skips creating its weight until a state dict is loaded, so it is off while building here."""
+        import comfy.memory_management as memory
+
+        was, memory.aimdo_enabled = memory.aimdo_enabled, False
+        try:
+            with torch.device("meta"):
+                return factory()
+        finally:
+            memory.aimdo_enabled = was
 
     def h3_dit(self):
         import comfy.ops
