@@ -545,8 +545,23 @@ class Bench:
         return times
 
 
+def run_order(plan: str, caps: str) -> list[tuple[float | None, str, str, bool]]:
+    """(cap GiB or None, graph, variant, warm) in run order. Plan items are graph:variant[:warm][@cap]; items
+    without @cap run for every cap of `caps`, caps outermost; items with @cap run where they are listed."""
+    default_caps = [None if c == "none" else float(c) for c in caps.split(",")]
+    items = []
+    for item in plan.split(","):
+        spec, _, cap_text = item.partition("@")
+        kind, variant, *rest = spec.split(":")
+        fixed = None if not cap_text else [None if cap_text == "none" else float(cap_text)]
+        items.append((fixed, kind, variant, rest == ["warm"]))
+    if any(fixed is not None for fixed, *_ in items):
+        return [(cap, kind, variant, warm) for fixed, kind, variant, warm in items for cap in (fixed or default_caps)]
+    return [(cap, kind, variant, warm) for cap in default_caps for _fixed, kind, variant, warm in items]
+
+
 def compare_latents(rows: list[dict]) -> None:
-    """For each (graph, cap, phase): the pack's final latent vs the host's (max |d|, cosine), then drop the tensors."""
+    """For each (graph, cap, phase, seed): every variant's final latent vs the host's (max |d|, cosine)."""
     import bench_hostlib as lib
     by_key = {}
     for row in rows:
@@ -556,8 +571,6 @@ def compare_latents(rows: list[dict]) -> None:
         for name, row in variants.items():
             if name != "host" and host and "final_latent" in host and "final_latent" in row:
                 row["final_latent_vs_host"] = lib.deviation(row["final_latent"], host["final_latent"])
-    for row in rows:
-        row.pop("final_latent", None)
 
 
 def environment(bench: Bench) -> dict:
@@ -584,7 +597,8 @@ def main() -> int:
     parser.add_argument("--plan", default="two_stage:pack:warm,two_stage:host:warm,native:pack:warm,native:host:warm",
                         help="comma list of graph:variant[:warm]; graph two_stage | native; variant host (the graph "
                         "as shipped) | pack (+ low-VRAM auto + cuDNN attention) | cudnn | sage (SageAttention 1.0.6, "
-                        "inexact); warm = also a warm run after the cold one. Runs in this order, for every cap")
+                        "inexact); warm = also a warm run after the cold one; @CAP = only under this cap (GiB or none), run where "
+                        "listed. Items without @ run for every --caps value, caps outermost")
     parser.add_argument("--caps", default="none", help="comma list of VRAM caps in GiB, 'none' = the whole card")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tiny", action="store_true", help="tiny models and sizes (checks the script on a CPU)")
@@ -595,23 +609,21 @@ def main() -> int:
     env = environment(bench)
     print(json.dumps(env), flush=True)
     rows: list[dict] = []
-    caps = [None if c == "none" else float(c) for c in args.caps.split(",")]
-    plan = [item.split(":") for item in args.plan.split(",")]
-    for cap in caps:
-        for kind, variant, *rest in plan:
-            try:
-                new = bench.run(kind, variant, cap, rest == ["warm"], args.seed)
-            except Exception as exc:  # noqa: BLE001 - one failed configuration is a result, the others still run
-                new = [{"graph": kind, "variant": variant, "cap_gib": cap, "phase": "cold", "seed": args.seed,
-                        "error": f"{type(exc).__name__}: {exc}"[:800], "trace": traceback.format_exc()[-1500:]}]
-            for row in new:
-                print(json.dumps({k: v for k, v in row.items() if k != "final_latent"}), flush=True)
-            rows += new
-            if args.json:  # after every configuration, so a run cut short keeps what it measured
-                partial = [{k: v for k, v in row.items() if k != "final_latent"} for row in rows]
-                args.json.write_text(json.dumps({"environment": env, "rows": partial}, indent=1, default=str))
-    compare_latents(rows)
+    for cap, kind, variant, warm in run_order(args.plan, args.caps):
+        try:
+            new = bench.run(kind, variant, cap, warm, args.seed)
+        except Exception as exc:  # noqa: BLE001 - one failed configuration is a result, the others still run
+            new = [{"graph": kind, "variant": variant, "cap_gib": cap, "phase": "cold", "seed": args.seed,
+                    "error": f"{type(exc).__name__}: {exc}"[:800], "trace": traceback.format_exc()[-1500:]}]
+        for row in new:
+            print(json.dumps({k: v for k, v in row.items() if k != "final_latent"}), flush=True)
+        rows += new
+        compare_latents(rows)
+        if args.json:  # after every configuration, so a run cut short keeps what it measured
+            partial = [{k: v for k, v in row.items() if k != "final_latent"} for row in rows]
+            args.json.write_text(json.dumps({"environment": env, "rows": partial}, indent=1, default=str))
     for row in rows:
+        row.pop("final_latent", None)
         if "final_latent_vs_host" in row:
             print(json.dumps({"graph": row["graph"], "variant": row["variant"], "cap_gib": row["cap_gib"],
                               "phase": row["phase"], "final_latent_vs_host": row["final_latent_vs_host"]}), flush=True)
