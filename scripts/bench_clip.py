@@ -402,7 +402,7 @@ class Bench:
         import bench_hostlib as lib
 
         self.lib = lib
-        argv = ["--cpu"] if self.device.type == "cpu" else []
+        argv = (["--cpu"] if self.device.type == "cpu" else []) + args.host_args.split()
         self.host = lib.import_host(args.host, argv, dynamic_vram=self.device.type == "cuda")
         self.work = Path(args.workdir or tempfile.mkdtemp(prefix="h3kit-bench-clip-"))
         self._set_up_host()
@@ -594,6 +594,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", type=Path, required=True, help="a ComfyUI source tree with native H3 (0.33.0)")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--host-args", default="", help="ComfyUI command-line options for the host, e.g. "
+                        "'--disable-dynamic-vram' (the legacy ModelPatcher) or '--reserve-vram 2'")
     parser.add_argument("--plan", default="two_stage:pack:warm,two_stage:host:warm,native:pack:warm,native:host:warm",
                         help="comma list of graph:variant[:warm]; graph two_stage | native; variant host (the graph "
                         "as shipped) | pack (+ low-VRAM auto + cuDNN attention) | cudnn | sage (SageAttention 1.0.6, "
