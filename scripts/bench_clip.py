@@ -594,8 +594,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", type=Path, required=True, help="a ComfyUI source tree with native H3 (0.33.0)")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--host-args", default="", help="ComfyUI command-line options for the host, e.g. "
-                        "'--disable-dynamic-vram' (the legacy ModelPatcher) or '--reserve-vram 2'")
+    parser.add_argument("--host-args", default="", help="ComfyUI command-line options for the host, written "
+                        "--host-args='--disable-dynamic-vram' (the legacy ModelPatcher) or --host-args='--reserve-vram 2'")
     parser.add_argument("--plan", default="two_stage:pack:warm,two_stage:host:warm,native:pack:warm,native:host:warm",
                         help="comma list of graph:variant[:warm]; graph two_stage | native; variant host (the graph "
                         "as shipped) | pack (+ low-VRAM auto + cuDNN attention) | cudnn | sage (SageAttention 1.0.6, "

@@ -47,5 +47,5 @@ def start_from_argv(argv: list[str], dynamic_vram: bool) -> None:
         return
     host_dir = Path(argv[argv.index("--host") + 1])
     cpu = "--device" in argv and argv[argv.index("--device") + 1 : argv.index("--device") + 2] == ["cpu"]
-    extra = argv[argv.index("--host-args") + 1].split() if "--host-args" in argv else []
+    extra = next((arg.split("=", 1)[1].split() for arg in argv if arg.startswith("--host-args=")), [])
     start(host_dir, (["--cpu"] if cpu else []) + extra, dynamic_vram and not cpu)
