@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-POOL_ELEMENTS = 1 << 26  # 64 Mi float32 random values, reused at random offsets for every synthetic tensor
+POOL_ELEMENTS = 1 << 28  # 256 Mi N(0,1) values: every synthetic tensor up to 128 Mi elements is a view of a scaled copy
 
 
 def import_host(host_dir: Path, argv: list[str], dynamic_vram: bool = False) -> SimpleNamespace:
@@ -78,13 +78,27 @@ def init_value(name: str, shape: tuple[int, ...]) -> tuple[float, float, bool]:
 
 
 class RandomPool:
-    """One block of N(0, 1) values; tensors are filled from it at random offsets (a memory copy instead of a
-    random draw per element, which takes minutes for tens of GB on a CPU)."""
+    """N(0, 1) values shared by every synthetic tensor. `tensor()` returns a view at a random offset of a pool scaled
+    to the tensor's (dtype, mean, std): tens of GB of weights cost a few pools of memory, and the host's loader copies
+    them into its own parameters as it would copy a file's. Larger tensors get their own memory, filled by copies."""
 
     def __init__(self, seed: int = 0, elements: int = POOL_ELEMENTS, device: str = "cpu"):
         gen = torch.Generator(device=device).manual_seed(seed)
         self.values = torch.randn(elements, generator=gen, device=device).cpu()
         self.rng = torch.Generator().manual_seed(seed + 1)
+        self.scaled: dict[tuple, torch.Tensor] = {}
+
+    def tensor(self, shape: tuple[int, ...], dtype: torch.dtype, mean: float, std: float,
+               positive: bool = False) -> torch.Tensor:
+        count = math.prod(shape)
+        if count > self.values.numel() // 2:
+            return self.fill_(torch.empty(shape, dtype=dtype), mean, std, positive)
+        key = (dtype, round(mean, 6), round(std, 9), positive)
+        if key not in self.scaled:
+            scaled = self.values * std + mean
+            self.scaled[key] = (scaled.abs_().add_(0.05) if positive else scaled).to(dtype)
+        offset = int(torch.randint(0, self.values.numel() - count + 1, (1,), generator=self.rng))
+        return self.scaled[key][offset:offset + count].view(shape)
 
     def fill_(self, tensor: torch.Tensor, mean: float, std: float, positive: bool = False) -> torch.Tensor:
         flat = tensor.view(-1)
@@ -129,9 +143,8 @@ def synthetic_state_dict(module: torch.nn.Module, pool: RandomPool, dtype: torch
     for name, meta in module.state_dict().items():
         if meta.is_floating_point():
             target = meta.dtype if dtype is None or meta.dtype == torch.float32 and _fp32_island(name) else dtype
-            tensor = torch.empty(meta.shape, dtype=target)
             mean, std, positive = init_value(name, tuple(meta.shape))
-            pool.fill_(tensor, mean, std, positive)
+            tensor = pool.tensor(tuple(meta.shape), target, mean, std, positive)
         else:
             tensor = torch.zeros(meta.shape, dtype=meta.dtype)
         out[prefix + name] = tensor
