@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-POOL_ELEMENTS = 1 << 28  # 256 Mi N(0,1) values: every synthetic tensor up to 128 Mi elements is a view of a scaled copy
+POOL_ELEMENTS = 1 << 26  # 64 Mi N(0, 1) values, the source of every synthetic tensor
+POOL_SLACK = 1 << 20  # a tensor is a view at a random offset in [0, 1 Mi] of the pool for its dtype and scale
 
 
 def import_host(host_dir: Path, argv: list[str], dynamic_vram: bool = False) -> SimpleNamespace:
@@ -79,8 +80,9 @@ def init_value(name: str, shape: tuple[int, ...]) -> tuple[float, float, bool]:
 
 class RandomPool:
     """N(0, 1) values shared by every synthetic tensor. `tensor()` returns a view at a random offset of a pool scaled
-    to the tensor's (dtype, mean, std): tens of GB of weights cost a few pools of memory, and the host's loader copies
-    them into its own parameters as it would copy a file's. Larger tensors get their own memory, filled by copies."""
+    to the tensor's (dtype, mean, std rounded to a power of sqrt(2)), as long as the largest such tensor: tens of GB
+    of weights cost a few GB of pools, and the host's loader copies them into its own parameters as it copies a
+    file's. Tensors of one scale overlap (shifted copies); a forward's compute does not depend on the values."""
 
     def __init__(self, seed: int = 0, elements: int = POOL_ELEMENTS, device: str = "cpu"):
         gen = torch.Generator(device=device).manual_seed(seed)
@@ -91,14 +93,15 @@ class RandomPool:
     def tensor(self, shape: tuple[int, ...], dtype: torch.dtype, mean: float, std: float,
                positive: bool = False) -> torch.Tensor:
         count = math.prod(shape)
-        if count > self.values.numel() // 2:
-            return self.fill_(torch.empty(shape, dtype=dtype), mean, std, positive)
-        key = (dtype, round(mean, 6), round(std, 9), positive)
-        if key not in self.scaled:
-            scaled = self.values * std + mean
-            self.scaled[key] = (scaled.abs_().add_(0.05) if positive else scaled).to(dtype)
-        offset = int(torch.randint(0, self.values.numel() - count + 1, (1,), generator=self.rng))
-        return self.scaled[key][offset:offset + count].view(shape)
+        std = 2.0 ** (round(math.log2(std) * 2) / 2) if std > 0 else 0.0  # a few scales, so a few pools
+        key = (dtype, round(mean, 6), std, positive)
+        pool = self.scaled.get(key)
+        if pool is None or pool.numel() < count + POOL_SLACK:
+            base = self.values.repeat(-(-(count + POOL_SLACK) // self.values.numel()))[:count + POOL_SLACK]
+            scaled = base * std + mean
+            pool = self.scaled[key] = (scaled.abs_().add_(0.05) if positive else scaled).to(dtype)
+        offset = int(torch.randint(0, pool.numel() - count + 1, (1,), generator=self.rng))
+        return pool[offset:offset + count].view(shape)
 
     def fill_(self, tensor: torch.Tensor, mean: float, std: float, positive: bool = False) -> torch.Tensor:
         flat = tensor.view(-1)
