@@ -285,10 +285,13 @@ VARIANT_NODES = {
 }
 
 
-def build_graph(kind: str, variant: str, seed: int, tiny: bool) -> dict:
+def build_graph(kind: str, variant: str, seed: int, tiny: bool, lora: bool = True) -> dict:
     """The shipped two-stage graph, or its stage 1 alone at 1344x768 ("native"), with or without the pack's nodes."""
     graph = json.loads(GRAPH.read_text())
     graph = {k: v for k, v in graph.items() if isinstance(v, dict) and "class_type" in v}
+    if not lora:  # the turbo LoRA node bypassed: the shift node takes the loader's model
+        graph["3"]["inputs"]["model"] = ["1", 0]
+        del graph["2"]
     graph["4"] = {"class_type": "H3KitBenchCachedText", "inputs": {}}
     for node in graph.values():
         if node["class_type"] in ("H3KitLatentGuard", "H3KitFrameGuard"):
@@ -466,6 +469,7 @@ class Bench:
         with self.lib.VramCap(cap) as vram_cap:
             for phase in (("cold", "warm") if warm else ("cold",)):
                 rows.append(self._one(kind, variant, cap_gib, vram_cap, phase, seed + (phase == "warm")))
+                print(json.dumps({k: v for k, v in rows[-1].items() if k != "final_latent"}), flush=True)
                 if rows[-1].get("error"):
                     break
             mm.unload_all_models()
@@ -487,7 +491,7 @@ class Bench:
         return adaptation.graph, [change.text() for change in adaptation.changes]
 
     def _one(self, kind: str, variant: str, cap_gib, vram_cap, phase: str, seed: int) -> dict:
-        graph, adapted = self.adapt(build_graph(kind, variant, seed, self.args.tiny))
+        graph, adapted = self.adapt(build_graph(kind, variant, seed, self.args.tiny, lora=not self.args.no_lora))
         valid = asyncio.run(self.execution.validate_prompt("bench", graph, None))
         row: dict[str, Any] = {"graph": kind, "variant": variant, "cap_gib": cap_gib, "phase": phase, "seed": seed,
                                "cap": vram_cap.how, "adapted": adapted}
@@ -603,6 +607,8 @@ def main() -> int:
                         "listed. Items without @ run for every --caps value, caps outermost")
     parser.add_argument("--caps", default="none", help="comma list of VRAM caps in GiB, 'none' = the whole card")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--no-lora", action="store_true", help="bypass the turbo LoRA node (its weight backups "
+                        "take RAM next to two models held in RAM)")
     parser.add_argument("--tiny", action="store_true", help="tiny models and sizes (checks the script on a CPU)")
     parser.add_argument("--workdir", type=Path, help="folder for placeholder files, caches and outputs (default: temp)")
     parser.add_argument("--json", type=Path, help="write environment + rows here")
@@ -617,8 +623,6 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - one failed configuration is a result, the others still run
             new = [{"graph": kind, "variant": variant, "cap_gib": cap, "phase": "cold", "seed": args.seed,
                     "error": f"{type(exc).__name__}: {exc}"[:800], "trace": traceback.format_exc()[-1500:]}]
-        for row in new:
-            print(json.dumps({k: v for k, v in row.items() if k != "final_latent"}), flush=True)
         rows += new
         compare_latents(rows)
         if args.json:  # after every configuration, so a run cut short keeps what it measured
