@@ -20,6 +20,7 @@ from .facts import (
     version_text,
 )
 from .graph import nodes_of, upstream_of_inputs, well_formed
+from .model_files import folder_name, how_to_get
 from .problem import FAIL, PASS, WARN, Check
 from .rules_files import model_inputs
 from .rules_lints import SAMPLER_NODES, is_refine, sigmas_of
@@ -188,13 +189,12 @@ def model_file_checks(graph: dict, server_schemas: dict, fetch: Callable[[str], 
         files = server_model_list(server_schemas, fetch, ct, name, folder)
         if files is None:
             checks.append(Check(WARN, "model files", f"cannot list the server's '{folder}' folder to find '{filename}'",
-                                f"check that models/{folder}/{filename} exists on the server"))
+                                f"check that models/{folder_name(folder)}/{filename} exists on the server"))
         elif filename not in files:
             listed = f"it has {len(files)} there: {', '.join(files)}" if files else "that folder is empty"
             checks.append(Check(FAIL, "model files", f"node {nid} ({ct}) {name} = '{filename}' is not in the "
-                                f"server's models/{folder} ({listed})",
-                                f"put {filename} in models/{folder} (expected on this server), then press R in "
-                                "ComfyUI or restart it", node_id=nid, input=name))
+                                f"server's models/{folder_name(folder)} ({listed})", how_to_get(filename, folder),
+                                node_id=nid, input=name))
     if not checks:
         checks.append(Check(PASS, "model files", "every model file the workflow names is on the server"))
     return checks

@@ -15,14 +15,25 @@ from typing import Any
 from ..adapters import bounded_json
 from . import node_inputs
 from .facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
+from .filetypes import sniff_file
 from .graph import input_kind, inputs_of, is_link, node_shape_problem, well_formed
 from .host_layout import adapt_node
-from .problem import ERROR, Problem, has_errors
+from .invocation import command
+from .model_files import folder_name, how_to_get
+from .problem import ERROR, WARNING, Problem, has_errors
 from .rules import RULES
 from .rules_files import MODEL_INPUT_FOLDERS
 from .schemas import core_document, providing_pack, schema_version, unknown_node_advice
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+WORKFLOW_KINDS = {"json", "text", "unknown"}  # parsed; the JSON reader names what is wrong with them
+_EMBEDDED = ("ComfyUI stores the workflow inside the images and videos it saves: drag this file onto ComfyUI's "
+             "canvas, then save it with Workflow > Export (API) and pass that .json")
+NOT_A_WORKFLOW_FIX = {**dict.fromkeys(("png", "webp", "mp4", "webm", "mkv"), _EMBEDDED),
+                      **dict.fromkeys(("safetensors", "gguf", "torch_zip", "pickle"),
+                                      "that is a model or data file; pass the workflow .json (Workflow > Export (API) "
+                                      "in ComfyUI)"),
+                      "empty": "the file is empty: export the workflow again with Workflow > Export (API)"}
 PackLookup = Callable[[str], "str | None"]
 
 
@@ -79,7 +90,11 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folde
             step = opts["step"]
             if (value - base) % step:
                 below, above = _nearest_on_step(value, base, step)
-                problem(f"not on the widget's grid ({base} + k*{step})", f"use {int(below)} or {int(above)}")
+                # ComfyUI's /prompt checks min and max only: a warning, as the host accepts it (the pipeline rules
+                # judge the grids that matter, F19/F20, as errors)
+                bad.append(Problem(node_id, ct, name, value, f"not on the widget's grid ({base} + k*{step}); "
+                                   "ComfyUI accepts it, the editor would snap it", f"use {int(below)} or {int(above)}",
+                                   WARNING))
     elif kind == "BOOLEAN":
         if not isinstance(value, bool):
             problem("expected true or false", "use a JSON boolean")
@@ -100,13 +115,12 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folde
             options = [str(o) for o in listed or []]
             if folder:
                 shown = f"it has {len(options)} there: {', '.join(options)}" if options else "that folder is empty"
-                problem(f"'{value}' is not in this server's models/{folder} ({shown})",
-                        f"put {value} in models/{folder} (expected on this server), then press R in ComfyUI or "
-                        "restart it")
+                problem(f"'{value}' is not in this server's models/{folder_name(folder)} ({shown})",
+                        how_to_get(str(value), folder))
             elif where == "input":
                 shown = f"it has {len(options)} there" if options else "that folder is empty"
                 problem(f"'{value}' is not in this server's input folder ({shown})",
-                        f"upload {value} (python -m h3kit run --upload {node_id}=PATH, or drop the file on the node "
+                        f"upload {value} ({command(f'run --upload {node_id}=PATH')}, or drop the file on the node "
                         "in ComfyUI), or copy it into ComfyUI's input folder")
             else:
                 problem("not one of the allowed options", f"choose one of: {', '.join(options)}")
@@ -260,7 +274,7 @@ def core_version_differences(graph: dict, schemas: dict, node_id: str, ct: str, 
         renames = ", ".join(f"'{c.old_key}' to '{c.new_key}'" for c in changes)
         message = (f"this ComfyUI's {ct} takes {', '.join(repr(c.new_key) for c in changes)} where the workflow "
                    f"uses the ComfyUI >= {newer} layout ({', '.join(repr(c.old_key) for c in changes)}), a core-version "
-                   "difference; `python -m h3kit run` and the editor's preflight adapt it before queueing")
+                   f"difference; `{command('run')}` and the editor's preflight adapt it before queueing")
         fix = f"for this ComfyUI rename input {renames}, or update ComfyUI to >= {newer}"
         where = changes[0].old_key
         kept.append(Problem(node_id, ct, where, inputs.get(where), message, fix,
@@ -330,9 +344,13 @@ def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
         return None, Problem("-", "-", None, None, f"{path} is a folder, not a workflow file",
                              "pass one API-format JSON file from it (`validate` also takes a folder)")
     try:
-        data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1)
+        kind = sniff_file(path)
+        data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1) if kind is None or kind.key in WORKFLOW_KINDS else b""
     except OSError as exc:
         return None, Problem("-", "-", None, None, f"cannot read {path}: {exc.strerror or exc}", fix)
+    if kind is not None and kind.key not in WORKFLOW_KINDS:
+        return None, Problem("-", "-", None, None, f"{path} is {kind.text}, not a JSON workflow",
+                             NOT_A_WORKFLOW_FIX.get(kind.key, fix))
     try:
         return parse_graph_json(data, f"the workflow file {path}"), None
     except bounded_json.JSONLimitError as exc:

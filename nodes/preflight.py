@@ -13,8 +13,8 @@ from typing import Any
 
 from ..adapters.bounded_json import JSONLimitError
 from ..checks import environment, schemas, server
+from ..checks.model_files import FOLDER_ALIASES
 from ..checks.problem import FAIL, PASS, WARN, Check
-from ..checks.rules_files import FOLDER_ALIASES
 from ..checks.validator import parse_graph_json
 from ..checks.workflow import preflight_checks
 from .common import H3KitInputError, Report, category

@@ -25,8 +25,10 @@ def two_stage() -> dict:
 
 
 def cli(capsys, *argv: str) -> tuple[int, str]:
+    """(exit code, stderr): every message these tests read is an error or a warning, so it is on stderr
+    (README, section 'Exit codes and output')."""
     code = main(list(argv))
-    return code, capsys.readouterr().out
+    return code, capsys.readouterr().err
 
 
 def written(tmp_path: Path, graph: dict) -> str:
@@ -140,9 +142,11 @@ def test_missing_combo_option_of_a_core_node_says_update_comfyui():
     # the model file is the user's to add, never a version difference
     assert by_input["clip_name"].message == ("'qwen3vl_32b_heretic_minimax_h3_nvfp4.safetensors' is not in this "
                                              "server's models/text_encoders (it has 1 there: t5xxl_fp16.safetensors)")
-    assert by_input["clip_name"].fix == ("put qwen3vl_32b_heretic_minimax_h3_nvfp4.safetensors in "
-                                         "models/text_encoders (expected on this server), then press R in ComfyUI "
-                                         "or restart it")
+    assert by_input["clip_name"].fix == (
+        "put qwen3vl_32b_heretic_minimax_h3_nvfp4.safetensors in models/text_encoders (14.61 GiB, field report R1), "
+        "then press R in ComfyUI or restart it. Download: Hugging Face `coolthor/MiniMax-H3-pruned-NVFP4` (gated; "
+        "folders in ComfyUI's models/ layout). Licence: MiniMax-H3 community licence: gated, excludes the EU, UK, "
+        "South Korea and the USA (field notes §A7)")
 
 
 def test_missing_model_file_on_an_empty_server_folder_says_where_to_put_it():
@@ -151,8 +155,10 @@ def test_missing_model_file_on_an_empty_server_folder_says_where_to_put_it():
     problems = [p for p in validate_graph(two_stage(), schemas) if p.node_id == "21"]
     assert [(p.message, p.fix) for p in problems] == [(
         "'ltx-2.5-video-vae-conv-bf16.safetensors' is not in this server's models/vae (that folder is empty)",
-        "put ltx-2.5-video-vae-conv-bf16.safetensors in models/vae (expected on this server), then press R in "
-        "ComfyUI or restart it")]
+        "put ltx-2.5-video-vae-conv-bf16.safetensors in models/vae (1.35 GiB, field report R7), then press R in "
+        "ComfyUI or restart it. Download: Hugging Face `Lightricks/LTX-2.5` (gated) or the NVFP4 build "
+        "`coolthor/MiniMax-H3-pruned-NVFP4`; the field report names both for this build. Licence: LTX-2.5 licence "
+        "(Lightricks, gated, separate from H3's)")]
 
 
 def test_choice_lists_are_complete():
