@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 import traceback
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -262,8 +263,7 @@ class H3KitBenchCachedText:
 
 def write_ltx_cache(pack_module: str, folder: Path, tiny: bool) -> None:
     """The stage-2 text as a cache file in the pack's own format, written with the pack's own writer."""
-    import importlib
-    save_conditioning = importlib.import_module(f"{pack_module}.nodes.cond_cache_format").save_conditioning
+    save_conditioning = import_module(f"{pack_module}.nodes.cond_cache_format").save_conditioning
     length, width = (16, 64) if tiny else LTX_TEXT
     gen = torch.Generator().manual_seed(12)
     cond = [[torch.randn(1, length, width, generator=gen).to(torch.bfloat16), {"pooled_output": None}]]
@@ -478,10 +478,8 @@ class Bench:
 
     def adapt(self, graph: dict) -> tuple[dict, list[str]]:
         """The graph in this host's input layout (the pack's checks/host_layout.py, as `run` does before queueing)."""
-        import importlib
-
         import nodes
-        host_layout = importlib.import_module(f"{self.pack_module}.checks.host_layout")
+        host_layout = import_module(f"{self.pack_module}.checks.host_layout")
         schemas = {}
         for class_type in {node["class_type"] for node in graph.values()}:
             cls = nodes.NODE_CLASS_MAPPINGS.get(class_type)

@@ -26,7 +26,6 @@ one shape run back to back in one process, compared as ratios to the host.
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import json
 import platform
@@ -34,6 +33,7 @@ import statistics
 import sys
 import time
 import types
+from importlib import import_module
 from pathlib import Path
 
 ROOT_EARLY = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ QUANT = {"plain": None, "int8": "TensorWiseINT8Layout", "nvfp4": "TensorCoreNVFP
 def load_pack(name: str = "lowvram"):
     """One node module of the pack as package `h3kit` (installed, or this checkout without registering every node)."""
     try:
-        return importlib.import_module(f"h3kit.nodes.{name}")
+        return import_module(f"h3kit.nodes.{name}")
     except ImportError:
         pass
     for package_name, folder in (("h3kit", ROOT), ("h3kit.nodes", ROOT / "nodes"), ("h3kit.adapters", ROOT / "adapters"),
