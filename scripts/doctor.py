@@ -62,6 +62,8 @@ def optional_node_checks() -> list[Check]:
 def model_checks(graph: dict, schemas: dict, models_dir: Path | None, explicit: bool) -> tuple[list[Check], int]:
     """Offline: every model file the workflow names must be in the models folder (FAIL, exit 1; WARN where the
     graph runs without it). Without a folder nothing can be checked: a WARN that says how to give one."""
+    if not model_input_keys(graph, schemas):
+        return [Check(PASS, "model files", "the workflow names no model file")], EXIT_OK
     if models_dir is None:
         return [Check(WARN, "model files", "not checked: no models folder given and no ComfyUI folder found here",
                       "pass --models-dir ComfyUI/models, or run doctor from the ComfyUI folder")], EXIT_OK
