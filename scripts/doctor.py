@@ -33,8 +33,9 @@ from . import schemas as schema_src
 EXIT_STATUSES = {
     EXIT_OK: "no FAIL (WARN lines may be printed)",
     EXIT_FAILED: "a FAIL of this machine or the server (packages, GPU, versions, a missing node or model file)",
-    EXIT_INVALID: "the workflow has errors or is not a readable JSON workflow, a --models-dir that is not a "
-                  "folder, or bad arguments",
+    EXIT_INVALID: "the workflow has errors (a model file it names that is broken or not what its name says "
+                  "included, F13/F14) or is not a readable JSON workflow, a --models-dir that is not a folder, or "
+                  "bad arguments",
     EXIT_TIMEOUT: "--server did not answer in time",
     EXIT_UNREACHABLE: "--server is unreachable",
 }

@@ -151,3 +151,16 @@ def test_the_models_folder_defaults_to_the_comfyui_doctor_runs_in(tmp_path, caps
     code = main(["doctor", "--no-local", "--workflow", str(API / "h3_effects_t2va.json")])
     err = capsys.readouterr().err
     assert code == 1 and f"is not in {comfyui / 'models'}/embeddings" in err
+
+
+def test_a_failed_download_in_the_models_folder_is_named_as_what_it_is(tmp_path, capsys):
+    graph = API / "h3_ltx_two_stage_turing.json"
+    for name, folder in graph_files(graph):
+        _fake(tmp_path, folder_name(folder), name)
+    login_page = "<!DOCTYPE html><html><body>Access to this model is restricted</body></html>"
+    (tmp_path / "unet" / "ltx-2.5-22b-distilled-transformer-bf16-Q4_K_M.gguf").write_text(login_page)
+    (tmp_path / "vae" / "minimax_h3_video_vae_fp16.safetensors").write_text(login_page)
+    code, _, err = doctor(capsys, graph, tmp_path)
+    assert code == 2  # the graph's files fail their checks (F13-style): workflow errors
+    assert "Q4_K_M.gguf is an HTML page (a download that returned a web page" in err and "not a GGUF model file" in err
+    assert "minimax_h3_video_vae_fp16.safetensors: it is an HTML page" in err

@@ -11,9 +11,12 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
+from subprocess import run as run_process
 
+import pytest
 from h3kit.checks.filetypes import sniff_file
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -155,3 +158,41 @@ def test_ci_installs_what_the_tests_need():
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert 'pip install -e ".[test,oracle]"' in ci
     assert 'pip install -e ".[test,oracle]"' in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _host_cases():
+    from comfyui_host import configured_hosts
+
+    hosts, _ = configured_hosts()
+    return hosts or [None]
+
+
+@pytest.mark.comfyui
+@pytest.mark.parametrize("host", _host_cases(), ids=lambda h: h.name if h else "no-host")
+def test_the_test_extra_installs_into_each_host_venv_without_replacing_anything(host, tmp_path):
+    """pip's own resolver, dry run, in the host's environment: `.[test]` only adds packages; `.[test,oracle]`
+    would replace the host's comfy-kitchen (the reason `oracle` is separate)."""
+    if host is None:
+        pytest.skip("COMFYUI_DIRS / COMFYUI_DIR is not set: no host environment to install into (docs/testing.md)")
+    installed = json.loads(run_process([host.python, "-m", "pip", "list", "--format", "json"], capture_output=True,
+                                       text=True, timeout=300, check=True).stdout)
+    have = {_norm(p["name"]): p["version"] for p in installed}
+
+    def would_install(extras: str) -> dict[str, str]:
+        report = tmp_path / f"{extras}.json"
+        done = run_process([host.python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
+                            f"{REPO}[{extras}]"], capture_output=True, text=True, timeout=900)
+        if done.returncode != 0 and "Could not find a version" in done.stderr + done.stdout:
+            pytest.skip(f"no package index reachable from here: {done.stderr.strip()[-300:]}")
+        assert done.returncode == 0, done.stderr
+        return {_norm(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+
+    replaced = {name: (have[name], version) for name, version in would_install("test").items()
+                if name in have and name != "h3kit"}
+    assert replaced == {}, f"{host.name}: installing .[test] would replace {replaced}"
+    if "comfy-kitchen" in have:
+        assert "comfy-kitchen" in would_install("test,oracle") or Version(have["comfy-kitchen"]) >= Version("0.2.40")
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-")
