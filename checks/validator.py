@@ -20,7 +20,7 @@ from .graph import input_kind, inputs_of, is_link, node_shape_problem, well_form
 from .host_layout import adapt_node
 from .invocation import command
 from .model_files import folder_name, how_to_get
-from .problem import ERROR, Problem, has_errors
+from .problem import ERROR, WARNING, Problem, has_errors
 from .rules import RULES
 from .rules_files import MODEL_INPUT_FOLDERS
 from .schemas import core_document, providing_pack, schema_version, unknown_node_advice
@@ -90,7 +90,11 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folde
             step = opts["step"]
             if (value - base) % step:
                 below, above = _nearest_on_step(value, base, step)
-                problem(f"not on the widget's grid ({base} + k*{step})", f"use {int(below)} or {int(above)}")
+                # ComfyUI's /prompt checks min and max only: a warning, as the host accepts it (the pipeline rules
+                # judge the grids that matter, F19/F20, as errors)
+                bad.append(Problem(node_id, ct, name, value, f"not on the widget's grid ({base} + k*{step}); "
+                                   "ComfyUI accepts it, the editor would snap it", f"use {int(below)} or {int(above)}",
+                                   WARNING))
     elif kind == "BOOLEAN":
         if not isinstance(value, bool):
             problem("expected true or false", "use a JSON boolean")
