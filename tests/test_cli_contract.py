@@ -9,9 +9,11 @@ type is named as what it is. The README's table is checked against checks/facts.
 from __future__ import annotations
 
 import json
-import re
 import socket
 from pathlib import Path
+from re import M as MULTILINE
+from re import compile as regex
+from re import findall
 
 import pytest
 import torch
@@ -26,7 +28,7 @@ API = REPO / "workflows" / "api"
 DEMO_GRAPH = API / "h3kit_handoff_demo.json"  # no model files, no seed input
 TWO_STAGE = API / "h3_ltx_two_stage.json"
 # A line that reports a problem: what must never be on stdout.
-PROBLEM = re.compile(r"^\s*(\S+: )?(FAIL|WARN|ERROR|WARNING|REJECTED|TIMEOUT|UNREACHABLE|STALE|error:|warning:|"
+PROBLEM = regex(r"^\s*(\S+: )?(FAIL|WARN|ERROR|WARNING|REJECTED|TIMEOUT|UNREACHABLE|STALE|error:|warning:|"
                      r"convert:|demo FAILED|\[FAIL\])")
 
 
@@ -128,7 +130,7 @@ def test_every_command_documents_ok_and_refused_and_only_table_codes():
 def _readme_exit_rows() -> dict[int, tuple[str, str]]:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Exit codes and output", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| (\d) \| (.+?) \| (.+?) \|$", section, flags=re.M)
+    rows = findall(r"^\| (\d) \| (.+?) \| (.+?) \|$", section, flags=MULTILINE)
     return {int(code): (meaning, commands) for code, meaning, commands in rows}
 
 

@@ -96,7 +96,7 @@ def test_kinds_ignore_the_extension(tmp_path):
 
 
 def test_webm_is_told_from_matroska_by_its_doctype():
-    ebml = bytes.fromhex("1a45dfa3") + b"\x9f\x42\x86\x81\x01\x42\x82\x84webm\x42\x87\x81\x02"
+    ebml = b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01\x42\x82\x84webm\x42\x87\x81\x02"
     assert sniff(ebml).key == "webm"
     assert sniff(ebml.replace(b"webm", b"matroska"[:4])).key == "mkv"
 
@@ -130,7 +130,8 @@ def test_sniffing_reads_only_the_head(tmp_path):
     ("X.MP4", "mp4", None),
     ("x.png", "mp4", "this writes an MP4/MOV video but its extension says a PNG image; name it x.mp4"),
     ("x", "mp4", "it has no extension; name it x.mp4"),
-    ("x.mp3", "mp4", "'.mp3' is not an extension of an MP4/MOV video; name it x.mp4"),
+    ("x.mp3", "mp4", "this writes an MP4/MOV video but its extension says an MP3 audio file; name it x.mp4"),
+    ("x.mpg", "mp4", "'.mpg' is not an extension of an MP4/MOV video; name it x.mp4"),
     ("out.safetensors", "safetensors", None),
     ("out.gguf", "safetensors", "its extension says a GGUF model file; name it out.safetensors"),
 ])
