@@ -160,3 +160,20 @@ def test_json_reports_are_whole_on_stdout(files, capsys):
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert report["exit"] == 1 and report["fail"] == 9 and err == ""
+
+
+def test_demo_output_may_be_a_folder_and_must_otherwise_be_named_mp4(tmp_path):
+    from h3kit.scripts.demo import output_path
+
+    assert output_path(tmp_path) == tmp_path / "h3kit_demo.mp4"
+    assert output_path(tmp_path / "take.MP4") == tmp_path / "take.MP4"
+    for wrong in ("take.png", "take.mkv", "take"):
+        try:
+            output_path(tmp_path / wrong)
+        except ValueError as exc:
+            assert f"name it {tmp_path / 'take.mp4'}" in str(exc)
+        else:
+            raise AssertionError(f"{wrong} accepted")
+    default = output_path(None)  # a new temporary folder
+    assert default.name == "h3kit_demo.mp4" and default.parent.is_dir()
+    default.parent.rmdir()
