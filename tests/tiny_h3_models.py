@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from pathlib import Path
+from subprocess import run as run_process
 
 import torch
 
@@ -108,7 +108,7 @@ def install_effects(server, texts: list[str]) -> dict:
 
 
 def _write(server, command: list[str]) -> dict:
-    result = subprocess.run(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=1800)
+    result = run_process(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, f"tiny H3 writer failed on {server.host.name}:\n{result.stderr[-4000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])["written"]
 
