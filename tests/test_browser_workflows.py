@@ -23,7 +23,16 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_ui import Editor, EditorBlocked, dumps, find_chromium, launch_chromium, new_context
+from browser_ui import (
+    Editor,
+    EditorBlocked,
+    absent_files,
+    dumps,
+    find_chromium,
+    launch_chromium,
+    load_report_problems,
+    new_context,
+)
 from comfyui_host import ComfyUIServer, HostSpec, configured_hosts
 
 pytestmark = pytest.mark.browser
@@ -124,8 +133,13 @@ def editor(chromium, server):
 
 
 @pytest.fixture(scope="module")
-def server_nodes(server) -> set[str]:
-    return set(server.object_info())
+def server_info(server) -> dict:
+    return server.object_info()
+
+
+@pytest.fixture(scope="module")
+def server_nodes(server_info) -> set[str]:
+    return set(server_info)
 
 
 def _api_graph(name: str) -> dict:
@@ -145,16 +159,13 @@ def _link_count(graph: dict) -> int:
                and isinstance(v[1], int))
 
 
-def _assert_only_missing_nodes_reported(editor: Editor, state: dict, unknown: set[str], name: str) -> None:
+def _assert_load_report(editor: Editor, state: dict, graph: dict, server_info: dict, name: str) -> None:
+    """No error toast, and the frontend's report names exactly what this server lacks, each as what it is
+    (browser_ui.load_report_problems: a graph whose weights are absent is not missing a node)."""
     assert state["toasts"] == [], f"{name}: error toast(s): {state['toasts']}"
-    report = editor.missing_node_report(expected=bool(unknown))
-    if not unknown:
-        assert report == "" and state["dialogs"] == [], f"{name}: unexpected report: {report} {state['dialogs']}"
-        return
-    for class_type in unknown:
-        assert class_type in report, f"{name}: the missing-nodes report does not list {class_type}: {report[:800]}"
-    reported_h3kit = [w for w in report.replace(",", " ").split() if w.startswith("H3Kit")]
-    assert reported_h3kit == [], f"{name}: H3Kit nodes reported missing: {reported_h3kit}"
+    report = editor.load_report(expected=bool(_unknown_types(graph, set(server_info))))
+    problems = load_report_problems(report, graph, server_info)
+    assert problems == [], f"{name}: " + "\n".join(problems) + f"\nreport: {dumps(report)}"
 
 
 def _save_readme_shot(png: Path, target: Path) -> None:
@@ -184,9 +195,9 @@ def test_listed_templates_open(server):
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_template_browser_opens_workflow(editor, server_nodes, name):
+def test_template_browser_opens_workflow(editor, server_info, name):
     graph = _api_graph(name)
-    unknown = _unknown_types(graph, server_nodes)
+    unknown = _unknown_types(graph, set(server_info))
     assert not {t for t in unknown if t.startswith("H3Kit")}, f"H3Kit nodes absent from the server: {unknown}"
     editor.start_clean()
     editor.open_template(TEMPLATE_MODULE, name)
@@ -196,35 +207,78 @@ def test_template_browser_opens_workflow(editor, server_nodes, name):
         _save_readme_shot(shot, DOCS_IMG / f"workflow-{name}.jpg")
     assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
-    _assert_only_missing_nodes_reported(editor, state, unknown, name)
+    _assert_load_report(editor, state, graph, server_info, name)
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_dropping_ui_file_loads_workflow(editor, server_nodes, name):
+def test_dropping_ui_file_loads_workflow(editor, server_info, name):
     graph = _api_graph(name)
-    unknown = _unknown_types(graph, server_nodes)
     editor.start_clean()
     editor.drop(f"{name}.json", (PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
     state = editor.settle(len(graph))
     assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
-    _assert_only_missing_nodes_reported(editor, state, unknown, name)
+    _assert_load_report(editor, state, graph, server_info, name)
+
+
+def _queued_differences(prompt: dict, graph: dict, server_info: dict) -> list[str]:
+    """Where the prompt the editor would queue differs from the API graph, for every node this server serves.
+    Links must match; a literal value must arrive under its own key, or, where this host lays the node's inputs
+    out differently (SaveVideo: the >= 0.34 `format.codec` is `codec` on 0.3.64, 0.12.1 and 0.33.0), under the
+    key's last part, which must be an input this host declares while the graph's key is not."""
+    found = []
+    for node_id, node in graph.items():
+        info = server_info.get(node["class_type"])
+        if info is None:
+            continue
+        sent = prompt.get(node_id, {}).get("inputs")
+        if sent is None:
+            found.append(f"node {node_id} ({node['class_type']}) is not in the prompt")
+            continue
+        declared = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+        for key, value in node["inputs"].items():
+            if isinstance(value, list):  # a link: [source id, output slot]
+                if [str(x) for x in sent.get(key, [])] != [str(x) for x in value]:
+                    found.append(f"node {node_id} {key}: linked to {sent.get(key)}, the graph links {value}")
+                continue
+            moved = key.rsplit(".", 1)[-1]
+            target = key if key in sent else moved if "." in key and key.split(".")[0] in declared \
+                and moved in declared else None
+            if target is None:
+                found.append(f"node {node_id} ({node['class_type']}) {key}: absent from the prompt {sent}")
+            elif sent[target] != value and not (isinstance(value, float) and sent[target] == pytest.approx(value)):
+                found.append(f"node {node_id} ({node['class_type']}) {key}: queued as {target}={sent[target]!r}, "
+                             f"the graph sets {value!r}")
+    return found
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_dropping_api_file_loads_or_names_missing_nodes(editor, server_nodes, name):
+def test_dropped_ui_file_queues_the_graphs_values(editor, server_info, name):
+    """Issue 23: a UI-format graph dragged into the editor opens with the API graph's values on this host's
+    layout of each node: what the editor would queue (its own graphToPrompt) carries every value and link."""
+    graph = _api_graph(name)
+    editor.start_clean()
+    editor.drop(f"{name}.json", (PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
+    editor.settle(len(graph))
+    prompt = editor.js("async () => (await app.graphToPrompt()).output")
+    assert _queued_differences(prompt, graph, server_info) == [], dumps(prompt)
+
+
+@pytest.mark.parametrize("name", WORKFLOW_NAMES)
+def test_dropping_api_file_loads_or_names_missing_nodes(editor, server_info, name):
     """1.27 lays out an API file only when it knows every node (else it loads nothing and lists the missing
     types); newer frontends load the nodes they know. Either way the missing types are exactly the nodes this
-    ComfyUI lacks, and a file with none missing loads whole."""
+    ComfyUI lacks, and a file with none missing loads whole; the only nodes marked with errors are those that
+    name a file this server lacks (1.49 on mark a loader whose model is absent)."""
     graph = _api_graph(name)
-    unknown = _unknown_types(graph, server_nodes)
+    unknown = _unknown_types(graph, set(server_info))
     editor.start_clean()
     editor.drop(f"{name}.api.json", (API_DIR / f"{name}.json").read_text(encoding="utf-8"))
     state = editor.settle(len(graph))
-    _assert_only_missing_nodes_reported(editor, state, unknown, name)
+    _assert_load_report(editor, state, graph, server_info, name)
     if not unknown:
         assert state["graph"]["nodes"] == len(graph) and state["graph"]["links"] == _link_count(graph)
-        assert state["graph"]["broken"] == []
+        assert set(state["graph"]["broken"]) <= absent_files(graph, server_info).node_types, dumps(state)
 
 
 def _wait_for_history(server: ComfyUIServer, before: set[str], editor: Editor, timeout_s: float = 180) -> dict | None:
