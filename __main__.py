@@ -1,7 +1,10 @@
 """The command line, two ways, same code:
 
-  python -m h3kit COMMAND ...             after `pip install -e .`
+  h3kit COMMAND ...                       the console script, after `pip install -e .`
+  python -m h3kit COMMAND ...             the same, installed
   python custom_nodes/H3Kit COMMAND ...   a plain clone, with ComfyUI's own Python; no install needed
+
+Messages name the form the user typed (checks/invocation.py).
 
 In the second form Python runs this file as a top-level script, so the clone is imported here as the package
 `h3kit` by path (its folder may have any name, e.g. `ComfyUI-H3Kit-main`).
@@ -23,12 +26,8 @@ def _load_clone_as_package():
     package = importlib.util.module_from_spec(spec)
     sys.modules["h3kit"] = package  # this clone wins over any other installed h3kit
     spec.loader.exec_module(package)
-    return import_module("h3kit.scripts.cli"), f"python {sys.argv[0]}"
+    return import_module("h3kit.scripts.cli")
 
 
-if __package__:
-    cli, prog = import_module(".scripts.cli", __package__), "python -m h3kit"
-else:
-    cli, prog = _load_clone_as_package()
-
-raise SystemExit(cli.main(prog=prog))
+cli = import_module(".scripts.cli", __package__) if __package__ else _load_clone_as_package()
+raise SystemExit(cli.main())

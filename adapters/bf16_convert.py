@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ..checks.filetypes import output_name_problem
 from .files import TargetExists, atomic_path
 from .safetensors_file import MAX_HEADER_BYTES, SafetensorsHeader, SafetensorsHeaderError, read_header
 
@@ -79,6 +80,10 @@ def read_source(path: Path) -> SafetensorsHeader:
     try:
         return read_header(path)
     except SafetensorsHeaderError as exc:
+        if exc.kind is not None:
+            extra = " (GGUF files keep their own quantized formats; they need no fp16 copy)" if exc.kind.key == "gguf" else ""
+            raise ConvertError(f"{path} is {exc.kind.text}, not a .safetensors model file: bf16-to-fp16 converts "
+                               f"safetensors weights only{extra}. Nothing was written") from exc
         raise ConvertError(f"{path} is not a safetensors file the safetensors library would load: {exc}. Nothing was "
                            "written; use an intact copy of the model (compare its size with the download page)") from exc
     except OSError as exc:
@@ -189,6 +194,9 @@ def check_paths(source: Path, target: Path, overwrite: bool) -> None:
     if name_bytes > MAX_OUTPUT_NAME_BYTES:
         raise ConvertError(f"the output file name is {name_bytes} bytes long; file systems allow at most "
                            f"{MAX_OUTPUT_NAME_BYTES}: use a shorter name")
+    wrong_name = output_name_problem(target, "safetensors")
+    if wrong_name:
+        raise ConvertError(wrong_name)
     if not target.parent.is_dir():
         raise ConvertError(f"output folder {target.parent} does not exist")
     if target.exists() and os.path.samefile(source, target):

@@ -34,6 +34,10 @@ UNREACHABLE_GRACE_S = 120.0  # consecutive connection failures while following b
 POLL_INTERVAL_S = 0.5  # /history polling without a websocket
 POLL_WITH_WS_S = 5.0  # /history polling as the safety net beside the websocket
 FINAL_QUESTION_S = 15.0  # time allowed to ask about the job after --timeout ran out (F26)
+# /history can list a prompt as finished before the websocket has delivered its events (the server writes the entry,
+# then its event loop sends the queued messages): wait this long for the finish event, so execution_cached and the
+# timestamps, which hosts keeping only text in /history send nowhere else, are not lost (F17 on 0.12.1)
+WS_SETTLE_S = 10.0
 FINISH_EVENTS = ("execution_success", "execution_error", "execution_interrupted")
 RECORDED_EVENTS = ("execution_start", "execution_cached", *FINISH_EVENTS)
 
@@ -78,15 +82,19 @@ class Listener:
 
     def note(self, text: str) -> None: ...
 
+    def warn(self, text: str) -> None: ...
+
 
 class ProgressBar(Listener):
     """One tqdm bar per job: nodes done of the graph's nodes, the running node and its sampler step.
-    Silent with --quiet or when stderr is not a terminal."""
+    Silent with --quiet or when stderr is not a terminal. `say(label, text)` prints a result line (stdout),
+    `warn(label, text)` a warning (stderr): the CLI's stream rule."""
 
-    def __init__(self, graph: dict, label: str, position: int, quiet: bool, say: Callable[[str, str], None]):
+    def __init__(self, graph: dict, label: str, position: int, quiet: bool, say: Callable[[str, str], None],
+                 warn: Callable[[str, str], None]):
         from tqdm import tqdm
 
-        self.graph, self.label, self.say = graph, label, say
+        self.graph, self.label, self.say, self.warn_line = graph, label, say, warn
         total = sum(1 for n in graph.values() if isinstance(n, dict))
         self.done: set[str] = set()
         self.bar = tqdm(total=total, unit="node", desc=label.strip() or "run", position=position, leave=True,
@@ -120,7 +128,13 @@ class ProgressBar(Listener):
         if self.bar.disable:
             self.say(self.label, text)
         else:
-            self.bar.write(printable(f"{self.label}{text}"))
+            self.bar.write(printable(f"{self.label}{text}"), file=sys.stdout)
+
+    def warn(self, text: str) -> None:
+        if self.bar.disable:
+            self.warn_line(self.label, f"WARN  {text}")
+        else:
+            self.bar.write(printable(f"{self.label}WARN  {text}"), file=sys.stderr)
 
     def finished(self, success: bool) -> None:
         """Fill the bar when the job succeeded (nodes we never heard about ran or came from the cache)."""
@@ -312,6 +326,8 @@ class Follower:
                     entry = history_entry(self.client, self.prompt_id)
                     failing_since = None
                     if entry is not None:
+                        if ws is not None and not self.finished_event:
+                            ws = self._settle(ws)
                         return Outcome(entry_state(entry, self.events), entry)
                 except HTTPStatusError as err:
                     # A proxy in front of ComfyUI may answer 502/504 while the backend renders on (F26).
@@ -332,9 +348,20 @@ class Follower:
             if ws is None:
                 time.sleep(min(POLL_INTERVAL_S, max(self.deadline.cap(POLL_INTERVAL_S), 0.01)))
 
-    def _pump(self, ws: EventSocket) -> EventSocket | None:
+    def _settle(self, ws: EventSocket) -> EventSocket | None:
+        """The history entry is complete: read the websocket on until this prompt's finish event (bounded by
+        WS_SETTLE_S and the deadline), so every event the server sent for it is recorded."""
+        settle = time.monotonic() + WS_SETTLE_S
+        while ws is not None and not self.finished_event and time.monotonic() < settle and not self.deadline.expired():
+            ws = self._pump(ws, min(1.0, max(settle - time.monotonic(), 0.01)))
+        if not self.finished_event:
+            self._note(f"/history lists the prompt as finished but the websocket sent no finish event within "
+                       f"{WS_SETTLE_S:.0f} s; cached-node counts and timing come from /history alone")
+        return ws
+
+    def _pump(self, ws: EventSocket, wait_s: float = 1.0) -> EventSocket | None:
         try:
-            event = ws.recv_event(self.deadline.cap(1.0))
+            event = ws.recv_event(self.deadline.cap(wait_s))
         except ComfyError as exc:
             self._note(f"websocket stopped ({exc}); following by /history polling")
             ws.close()
@@ -346,7 +373,7 @@ class Follower:
     def _note(self, text: str) -> None:
         if text != self.last_note:
             self.last_note = text
-            self.listener.note(printable(text, 300))
+            self.listener.warn(printable(text, 300))
 
     def _on_timeout(self) -> Outcome:
         """F26: before giving up, ask the queue; a job the server still holds is not a failure."""

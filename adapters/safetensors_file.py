@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks.filetypes import HEAD_BYTES, FileKind, sniff
+
 MAX_HEADER_BYTES = 100_000_000  # the library's MAX_HEADER_SIZE
 MAX_JSON_DEPTH = 127  # deepest nesting serde_json (recursion limit 128) lets through
 U64_MAX = 2**64 - 1
@@ -42,7 +44,12 @@ DTYPE_BITS = {
 
 
 class SafetensorsHeaderError(ValueError):
-    """The file is not a safetensors file the library would open; the message says why."""
+    """The file is not a safetensors file the library would open; the message says why. `kind`: what the file
+    is instead, when its first bytes say so (a PNG image, a torch.save zip, a GGUF file, an HTML page)."""
+
+    def __init__(self, message: str, kind: FileKind | None = None):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -116,14 +123,31 @@ def parse_header(raw: bytes | memoryview, length: int, file_size: int) -> Safete
 
 
 def read_header(path: Path | str) -> SafetensorsHeader:
-    """Validate `path` with the safetensors library (header only, nothing allocated) and return its header."""
+    """Validate `path` with the safetensors library (header only, nothing allocated) and return its header.
+    A file that is something else is named as what it is (SafetensorsHeaderError.kind)."""
     path = Path(path)
     with open(path, "rb") as handle:
         size = _file_size(handle)
-        length = header_length(handle.read(8), size)
-        header = parse_header(handle.read(length), length, size)
+        try:
+            length = header_length(handle.read(8), size)
+            header = parse_header(handle.read(length), length, size)
+        except SafetensorsHeaderError as exc:
+            handle.seek(0)
+            named = other_kind(handle.read(HEAD_BYTES))
+            if named is None:
+                raise
+            raise named from exc
     _library_accepts(path)
     return header
+
+
+def other_kind(head: bytes) -> SafetensorsHeaderError | None:
+    """The error for a file whose first bytes show it is something else (an image, a zip, a GGUF file, text),
+    else None (then the parser's own reason, e.g. "too short", is the better message)."""
+    kind = sniff(head)
+    if kind.key in ("safetensors", "unknown"):
+        return None
+    return SafetensorsHeaderError(f"it is {kind.text}, not a safetensors file", kind)
 
 
 def _file_size(handle: Any) -> int:

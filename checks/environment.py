@@ -19,6 +19,7 @@ from typing import Any
 
 from ..adapters.host import comfyui_version, parse_version
 from .facts import MIN_COMFYUI, MIN_KITCHEN, MIN_TORCH_CUDA_MAJOR, version_text
+from .invocation import clone_command
 from .problem import FAIL, PASS, WARN, Check
 
 # --- package versions ---------------------------------------------------------------------------
@@ -31,6 +32,11 @@ def dist_version(*names: str) -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def kitchen_version() -> str | None:
+    """The comfy-kitchen installed in this Python (inside ComfyUI: the host's own)."""
+    return dist_version("comfy-kitchen", "comfy_kitchen", "comfy-kitchen-no-cuda")
 
 
 def cuda_major(cuda_version: str | None) -> int | None:
@@ -53,17 +59,41 @@ PACK_ROOT = Path(__file__).resolve().parent.parent
 _VERSION_LINE = regex(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
 
 
+def looks_like_comfyui(folder: Path) -> bool:
+    """A ComfyUI folder: models/ plus its entry point or custom_nodes/ (a checkout, or the installable fork's
+    working folder)."""
+    try:
+        return (folder / "models").is_dir() and any((folder / name).exists()
+                                                    for name in ("main.py", "custom_nodes", "comfyui_version.py"))
+    except OSError:
+        return False
+
+
+def comfyui_candidates(env: dict[str, str] | None = None, cwd: Path | None = None) -> list[Path]:
+    """Where this user's ComfyUI may be, in order: the checkout this clone sits in (ComfyUI/custom_nodes/<pack>),
+    $COMFYUI_DIR, then the current folder and the folders above it."""
+    env = os.environ if env is None else env
+    here = Path.cwd() if cwd is None else cwd
+    candidates = [PACK_ROOT.parent.parent] if PACK_ROOT.parent.name == "custom_nodes" else []
+    candidates += [Path(env["COMFYUI_DIR"])] if env.get("COMFYUI_DIR") else []
+    candidates += [here, *list(here.parents)[:3]]
+    return candidates
+
+
+def find_comfyui(env: dict[str, str] | None = None, cwd: Path | None = None) -> Path | None:
+    """The ComfyUI folder doctor, cond and the models checks use: the first candidate that looks like one."""
+    return next((folder for folder in comfyui_candidates(env, cwd) if looks_like_comfyui(folder)), None)
+
+
 def local_comfyui_version(env: dict[str, str] | None = None) -> str | None:
     """The ComfyUI this Python serves: the running one (inside ComfyUI), a pip-installed ComfyUI in this
     environment (the installable fork: distribution 'comfyui'), else the checkout this clone sits in
-    (ComfyUI/custom_nodes/<pack>), else $COMFYUI_DIR; None when none is found."""
+    (ComfyUI/custom_nodes/<pack>), $COMFYUI_DIR or the current folder (comfyui_candidates); None when none is
+    found."""
     running = comfyui_version() or dist_version("comfyui")
     if running:
         return running
-    env = os.environ if env is None else env
-    candidates = [PACK_ROOT.parent.parent] if PACK_ROOT.parent.name == "custom_nodes" else []
-    candidates += [Path(env["COMFYUI_DIR"])] if env.get("COMFYUI_DIR") else []
-    for folder in candidates:
+    for folder in comfyui_candidates(env):
         try:
             match = _VERSION_LINE.search((folder / "comfyui_version.py").read_text(encoding="utf-8")[:4096])
         except OSError:
@@ -180,7 +210,7 @@ def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registr
     else:
         checks.append(Check(WARN, "comfy-kitchen", f"{version}: ComfyUI >= {newer} needs >= {wanted} (X07, F01); "
                             "which ComfyUI uses this Python is unknown here",
-                            "run doctor with ComfyUI's Python from its folder (python custom_nodes/H3Kit doctor), "
+                            f"run doctor with ComfyUI's own Python from the ComfyUI folder ({clone_command('doctor')}), "
                             "or pass --server"))
     if registry is None:
         if registry_note:
@@ -202,7 +232,7 @@ def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registr
 
 
 def check_kitchen(comfyui: str | None = None) -> list[Check]:
-    version = dist_version("comfy-kitchen", "comfy_kitchen", "comfy-kitchen-no-cuda")
+    version = kitchen_version()
     if version is None or importlib.util.find_spec("comfy_kitchen") is None:
         return kitchen_checks(version, None, comfyui=comfyui)
     try:

@@ -15,6 +15,10 @@ from re import compile as regex
 H3_LENGTH_MIN = 5
 H3_LENGTH_STEP = 17  # H3 drafts sit on the 17k+5 frame grid: 5, 22, 39 ... 124 ... 362
 H3_LENGTH_MAX = 362  # 15.08 s at 24 fps: the longest clip H3 was trained for (field-notes §C2)
+# What the host accepts: the `length` input of MiniMaxH3ImageToVideo / ReferenceToVideo / EmptyMiniMaxH3LatentAV
+# goes up to 3600 (ComfyUI 0.33.0 comfy_extras/nodes_minimax_h3.py; tooltip "trained range is ~124-362, longer is
+# untested"). Above H3_LENGTH_MAX is a warning, above this the host refuses the prompt.
+H3_LENGTH_HOST_MAX = 3600
 LTX_FRAME_STEP = 8  # LTX-2.5 takes 8n+1 frames
 FRAME_POLICIES = ("trim_to_8n_plus_1", "pad_to_8n_plus_1", "strict")
 
@@ -34,12 +38,26 @@ DEFAULT_SCHEDULE = "identity_0.78"
 MANUAL_SCHEDULE = "manual"
 SIGMA_EXAMPLE = "0.78, 0.643, 0.546, 0"
 
+# ------------------------------------------------------------------------------------ Ref2VA references
+# The Autogrow slots of MiniMaxH3ReferenceToVideo (ComfyUI 0.33.0 comfy_extras/nodes_minimax_h3.py, `max` of each
+# TemplatePrefix). Each soundtrack ref_video_audio_N belongs to ref_video_N (the host looks it up by that number).
+H3_REF_SLOTS = {"ref_images": 9, "ref_videos": 3, "ref_video_audios": 3, "ref_audios": 3}
+# What the Ref2VA checkpoint is documented for (field-notes §C1): at most 3 audio clips (soundtracks and standalone
+# audio together) and 12 reference files in all. The host accepts more; beyond these is untested (a warning).
+H3_REF_AUDIO_CLIPS_MAX = 3
+H3_REF_FILES_MAX = 12
+
 # ------------------------------------------------------------------------------------- text embeddings
 H3_EMBEDDING_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
 
 # ------------------------------------------------------------------------------------------- versions
-MIN_COMFYUI = (0, 34, 0)  # native H3 + LTX-2.5, correct two-stage refine (F01), effect embeddings (§A6)
+MIN_COMFYUI = (0, 34, 0)  # the ComfyUI of the field report's correct stack; it imports only with MIN_KITCHEN (X07)
 MIN_KITCHEN = (0, 2, 31)  # comfy-kitchen that ComfyUI 0.34 imports (X07)
+# F01, the field report's two data points for the two-stage H3 -> LTX refine (field-notes §A6; torch 2.13.0+cu130 in
+# both): (ComfyUI, comfy-kitchen). Nothing is known about the stacks between them; the run-time correlation guard
+# (H3KitLatentGuard with 'reference') is what catches a garbage refine on any host.
+F01_CORRECT_STACK = ((0, 34, 0), (0, 2, 31))
+F01_GARBAGE_STACK = ((0, 30, 0), (0, 2, 26))
 MIN_TORCH_CUDA_MAJOR = 13  # kitchen's CUDA backend (FP4 GEMM) needs a CUDA 13 torch build (F12)
 
 
@@ -53,16 +71,23 @@ MAX_WORKFLOW_BYTES = 64 * 2**20  # a workflow file or pasted text; real ones are
 MAX_WORKFLOW_DEPTH = 64  # JSON nesting; API graphs nest 4-5 levels, UI graphs about 8
 
 # ----------------------------------------------------------------------------------------- exit codes
-# Every command that talks to a ComfyUI server (run, validate --server, doctor --server, cond build)
-# exits with these, and README's table shows them. When several jobs run, the worst (highest) code wins.
+# One table for every command (README, section 'Exit codes and output'; tests/test_cli_contract.py runs each
+# command against it). When several jobs run, the worst (highest) code wins.
 EXIT_OK = 0
-EXIT_FAILED = 1  # execution error, lost job, crashed job, output failed verification, a doctor FAIL
-EXIT_INVALID = 2  # rejected by validation (ours or the server's), bad arguments or input files
+EXIT_FAILED = 1  # the work ran and failed, or a check found a problem
+EXIT_INVALID = 2  # refused before any work: arguments, input files, validation, an output name
 EXIT_TIMEOUT = 3  # --timeout ran out (the job may still be running)
 EXIT_UNREACHABLE = 4  # the server cannot be reached
-EXIT_CODES = {EXIT_OK: "ok", EXIT_FAILED: "execution error, lost job or failed verification",
-              EXIT_INVALID: "rejected by validation", EXIT_TIMEOUT: "timeout (the job may still be running)",
-              EXIT_UNREACHABLE: "server unreachable"}
+EXIT_CODES = {
+    EXIT_OK: "ok: done, and every check passed",
+    EXIT_FAILED: "failed: the work ran and failed, or a check found a problem (an execution error, a lost job, an "
+                 "output that fails verification, a doctor FAIL, a failed demo check, values beyond fp16 in "
+                 "convert, an unusable file in cond list, a stale workflow copy)",
+    EXIT_INVALID: "refused before any work: bad arguments; an input file that is missing, unreadable or of the "
+                  "wrong type; a workflow that does not validate; an output that exists or has the wrong extension",
+    EXIT_TIMEOUT: "timeout: --timeout ran out (run: the job may still be running, the message says so)",
+    EXIT_UNREACHABLE: "server unreachable (nothing was submitted, or the connection was lost: the message says which)",
+}
 
 
 def worst_exit(codes) -> int:

@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from .facts import PRIMITIVE_MAX_HOPS
+from .node_inputs import AUTOGROW, DYNAMIC_COMBO, autogrow_template, option_keys
 from .problem import Problem, printable
 
 PRIMITIVE_VALUE_NODES = frozenset({"PrimitiveInt", "PrimitiveFloat", "PrimitiveString", "PrimitiveStringMultiline",
                                    "PrimitiveBoolean", "PrimitiveNode"})
-DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
 
 
 class _Unknown:
@@ -60,9 +60,22 @@ def input_kind(spec: Any) -> tuple[str, dict]:
     opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
     if isinstance(head, list):
         return "COMBO", {**opts, "options": head}
-    if head == DYNAMIC_COMBO:
-        return "COMBO", opts
+    if head == DYNAMIC_COMBO:  # options are {"key": ..., "inputs": ...} objects; the prompt sends the key
+        return "COMBO", {**opts, "options": option_keys(opts.get("options"))}
+    if head == AUTOGROW:  # the live shape, as the pinned file normalises it: prefix/min/max/types
+        return "AUTOGROW", autogrow_options(opts)
     return str(head), opts
+
+
+def autogrow_options(opts: dict) -> dict:
+    """A live Autogrow spec's options in the pinned file's normalised shape (prefix, min, max, slot types)."""
+    template = autogrow_template(opts)
+    if template is None:
+        return opts
+    names, minimum, spec, _ = template
+    prefix = opts["template"].get("prefix", "")
+    types = str(spec[0]).split(",") if isinstance(spec[0], str) else ["COMBO"]
+    return {**opts, "prefix": prefix, "min": minimum, "max": len(names), "types": types, "names": names}
 
 
 def nodes_of(graph: dict, *class_types: str) -> Iterable[tuple[str, dict]]:

@@ -62,9 +62,27 @@ def seed_inputs(graph: dict) -> list[tuple[str, str]]:
             if isinstance(inputs_of(node).get(name), int) and not isinstance(inputs_of(node).get(name), bool)]
 
 
+def example_input(graph: dict) -> str:
+    """'NODE.INPUT' of the first literal number in the graph (node id order), for a `--set` example."""
+    for nid in sorted(graph, key=lambda n: (len(str(n)), str(n))):
+        for name, value in inputs_of(graph[nid]).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return f"{nid}.{name}"
+    return "NODE.INPUT"
+
+
+def no_seed_advice(graph: dict) -> str:
+    """What makes ComfyUI run a graph again that has no seed input: change one of its inputs."""
+    return (f"change an input with --set NODE.INPUT=VALUE (e.g. --set {example_input(graph)}=<another value>); "
+            f"this workflow has no {' or '.join(SEED_INPUTS)} input, so --seed changes nothing")
+
+
 def job_seeds(graph: dict, seed: str | None, runs: int, rng: random.Random) -> list[int | None]:
     """The seed of each job: --seed N gives N, N+1, ...; random gives fresh ones; none keeps the graph's for
-    job 0 and offsets the others so fanned-out runs differ."""
+    job 0 and offsets the others so fanned-out runs differ. --seed on a graph without seed inputs is refused:
+    it would change nothing (every node would come from ComfyUI's cache)."""
+    if seed is not None and not seed_inputs(graph):
+        raise GraphEditError(f"--seed {printable(seed, 40)}: {no_seed_advice(graph)}")
     if seed == "random":
         return [rng.randint(0, MAX_SEED) for _ in range(runs)]
     if seed is not None:

@@ -16,6 +16,7 @@ from ..adapters.safetensors_file import SafetensorsHeaderError as HeaderError
 from ..adapters.safetensors_file import read_header as read_safetensors_header
 from .facts import H3_EMBEDDING_WIDTH
 from .graph import input_kind, nodes_of, resolved
+from .model_files import FOLDER_ALIASES
 from .problem import Problem
 
 # Model inputs of nodes whose schema does not say which folder they read (live servers never do).
@@ -34,7 +35,8 @@ MODEL_INPUT_FOLDERS: dict[tuple[str, str], str] = {
     ("LTXAVTextEncoderLoader", "ckpt_name"): "checkpoints",
     ("UnetLoaderGGUF", "unet_name"): "unet_gguf",
 }
-CONFIG_FOLDERS = {"vae", "latent_upscale_models"}  # their loaders read the architecture from metadata 'config'
+CONFIG_FOLDERS = {"vae", "latent_upscale_models"}
+NO_FILE_VALUES = {"none"}  # the "no file" choice of optional file inputs (H3KitEffectPrompt's effect_2, LoRA stacks)  # their loaders read the architecture from metadata 'config'
 
 
 def model_inputs(graph: dict, schemas: dict) -> Iterable[tuple[str, str, str, str, str]]:
@@ -50,6 +52,8 @@ def model_inputs(graph: dict, schemas: dict) -> Iterable[tuple[str, str, str, st
         for name, value in node.get("inputs", {}).items():
             if not isinstance(value, str) or not value or not value.isprintable():
                 continue  # not a file name: check_widget reports it
+            if value.lower() in NO_FILE_VALUES:
+                continue
             folder = MODEL_INPUT_FOLDERS.get((ct, name))
             if folder is None and name in declared:
                 folder = input_kind(declared[name])[1].get("model_folder")
@@ -152,10 +156,6 @@ def safetensors_lint(locate: Callable[[str, str], Path | None]) -> Callable[[dic
         return problems + embedding_problems(graph, locate)
 
     return lint_model_headers
-
-
-FOLDER_ALIASES = {"diffusion_models": ("diffusion_models", "unet"), "text_encoders": ("text_encoders", "clip"),
-                  "unet_gguf": ("unet", "diffusion_models")}
 
 
 def folder_locator(models_dir: Path) -> Callable[[str, str], Path | None]:

@@ -83,14 +83,21 @@ def providing_pack(class_type: str, disabled: Mapping[str, Sequence[str]] | None
     core = core_document()["nodes"].get(class_type)
     if core is not None:
         pack = core.get("pack", "core")
-        return f"ComfyUI core >= {core['since']}" if pack == "core" and core.get("since") else pack
+        return f"ComfyUI core (ComfyUI {core['seen_in']} serves it)" if pack == "core" and core.get("seen_in") else pack
     return KNOWN_THIRD_PARTY.get(class_type)
 
 
 def core_since(class_type: str) -> str | None:
-    """The ComfyUI core version that brought this node (pinned schemas), or None when it is not core or older."""
+    """The oldest test host's ComfyUI version that serves this core node (pinned schemas, 'seen_in'), or None when
+    it is not a core node."""
     info = core_document()["nodes"].get(class_type)
-    return info.get("since") if info and info.get("pack", "core") == "core" else None
+    return info.get("seen_in") if info and info.get("pack", "core") == "core" else None
+
+
+def schema_version(class_type: str) -> str:
+    """The ComfyUI version whose schema the pinned entry is (SaveVideo: the >= 0.34 layout; the rest: 0.33.0)."""
+    info = core_document()["nodes"].get(class_type) or {}
+    return str(info.get("version") or core_document().get("comfyui_version"))
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
@@ -105,7 +112,7 @@ def unknown_node_advice(class_type: str, pack: str | None, candidates: Iterable[
     since = core_since(class_type)
     if since:
         return (f"'{class_type}' is a ComfyUI core node this ComfyUI does not have: this ComfyUI is older than "
-                f"the workflow (ComfyUI core >= {since})", f"update ComfyUI to >= {since}")
+                f"the workflow (ComfyUI {since} serves it)", f"update ComfyUI to {since} or later")
     if pack:
         return f"'{class_type}' is not registered on this host", f"install {pack}, then restart ComfyUI"
     known = {*candidates, *core_document()["nodes"], *KNOWN_THIRD_PARTY}

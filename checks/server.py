@@ -11,36 +11,33 @@ from typing import Any
 from ..adapters.comfy_client import ComfyClient, ComfyError
 from ..adapters.host import host_loaded, parse_version
 from .environment import cuda_major_from_torch_tag
-from .facts import MIN_COMFYUI, MIN_KITCHEN, MIN_TORCH_CUDA_MAJOR, version_text
-from .graph import nodes_of, well_formed
+from .facts import (
+    F01_CORRECT_STACK,
+    F01_GARBAGE_STACK,
+    MIN_COMFYUI,
+    MIN_KITCHEN,
+    MIN_TORCH_CUDA_MAJOR,
+    version_text,
+)
+from .graph import nodes_of, upstream_of_inputs, well_formed
+from .model_files import folder_name, how_to_get
 from .problem import FAIL, PASS, WARN, Check
 from .rules_files import model_inputs
-from .rules_lints import is_refine, sigmas_of
+from .rules_lints import SAMPLER_NODES, is_refine, sigmas_of
 from .schemas import core_document, core_since, providing_pack, unknown_node_advice
 
-# Nodes that only exist in, or only make sense for, the H3 -> LTX two-stage refine (F01 gate).
-# The handoff alone (H3KitDraftToLTX without a refine after it) is not gated: it renders right on any host.
-TWO_STAGE_NODES = {"LTXVLatentUpsampler", "H3KitRefineSetup", "MiniMaxH3SolEngineLTXIdentityRefinerSetupT8Advanced"}
-
+GUARD_NODE = "H3KitLatentGuard"  # with a 'reference', its correlation check stops a garbage refine (F01)
 MINIMUM = version_text(MIN_COMFYUI)
 Disabled = Mapping[str, Sequence[str]]
 
 
-def uses_two_stage_refine(graph: dict | None) -> bool:
-    if not isinstance(graph, dict):
-        return False
-    if any(isinstance(n, dict) and n.get("class_type") in TWO_STAGE_NODES for n in graph.values()):
-        return True
-    return any(is_refine(graph, s, sigmas_of(graph, s)[2]) for _, s in nodes_of(graph, "SamplerCustomAdvanced"))
-
-
 def native_h3_nodes() -> frozenset[str]:
-    """The core MiniMax-H3 node ids (from the pinned ComfyUI 0.34 schemas): a host that has them has native H3."""
+    """The core MiniMax-H3 node ids (from the pinned schemas): a host that serves one has native H3."""
     return frozenset(name for name, info in core_document()["nodes"].items()
                      if "MiniMaxH3" in name and info.get("pack", "core") == "core")
 
 
-def _running_host_node_ids() -> set[str] | None:
+def running_host_node_ids() -> set[str] | None:
     """Inside ComfyUI: the ids its node registry holds (never imports ComfyUI). The installable fork's registry
     is a Mapping shim, not a dict (complete while a prompt runs, which is when the H3KitPreflight node asks)."""
     module = sys.modules.get("nodes") if host_loaded("nodes") else None
@@ -48,39 +45,93 @@ def _running_host_node_ids() -> set[str] | None:
     return set(mappings) if isinstance(mappings, Mapping) else None
 
 
-def comfyui_version_check(version: str | None, graph: dict | None,
-                          node_ids: Iterable[str] | None = None) -> Check:
-    """F01 and the core-version gate, from what the host can do (its node list: `node_ids`, or the running
-    ComfyUI's registry) rather than its version number alone: forks number differently (0.12.1 has LTX-2 AV
-    but no native H3). Only a host WITH native H3 that is older than 0.34 is the F01 stack."""
-    ids = set(node_ids) if node_ids is not None else _running_host_node_ids()
+def refine_guard_state(graph: dict | None) -> tuple[list[str], list[str]]:
+    """(refine sampler ids, those whose output an H3KitLatentGuard with a 'reference' checks): the F01 guard
+    correlates the refine output with the latent it started from and stops the run on a garbage refine."""
+    if not isinstance(graph, dict):
+        return [], []
+    shaped = well_formed(graph)
+    refines = [sid for sid, s in nodes_of(shaped, *SAMPLER_NODES) if is_refine(shaped, s, sigmas_of(shaped, s)[2])]
+    guarded = set()
+    for _, guard in nodes_of(shaped, GUARD_NODE):
+        if "reference" in guard.get("inputs", {}):
+            guarded |= set(upstream_of_inputs(shaped, guard, ("latent",)))
+    return refines, [sid for sid in refines if sid in guarded]
+
+
+def f01_stack_position(version: str | None, kitchen: str | None) -> str:
+    """Where a native-H3 host stands against the field report's two data points (facts.F01_*_STACK)."""
+    (good_ui, good_kit), (bad_ui, bad_kit) = F01_CORRECT_STACK, F01_GARBAGE_STACK
+    comfy, kit = parse_version(version) if version else None, parse_version(kitchen) if kitchen else None
+    if comfy and comfy >= good_ui and (kit is None or kit >= good_kit):
+        return "correct"
+    if comfy and comfy <= bad_ui and kit is not None and kit <= bad_kit:
+        return "garbage"
+    return "untested"
+
+
+F01_EVIDENCE = (f"the field report's two data points for the two-stage refine (F01): correct on ComfyUI "
+                f"{version_text(F01_CORRECT_STACK[0])} + comfy-kitchen {version_text(F01_CORRECT_STACK[1])}, black or "
+                f"noise frames with status 'success' on {version_text(F01_GARBAGE_STACK[0])} + "
+                f"{version_text(F01_GARBAGE_STACK[1])}")
+GUARD_FIX = (f"put {GUARD_NODE} after the refine sampler with 'reference' = the latent the refine starts from "
+             "(LTXVLatentUpsampler's output) and mode 'error', as the shipped two-stage graphs do")
+
+
+def comfyui_version_check(version: str | None, graph: dict | None, node_ids: Iterable[str] | None = None,
+                          kitchen: str | None = None) -> Check:
+    """F01 decided from evidence, not a version number: the one rule doctor, validate --server, run, the
+    H3KitPreflight node and the editor's route apply. A host's capability is read from its node list (`node_ids`, or
+    the running ComfyUI's registry): forks number differently (0.12.1 has LTX-2 AV, no native H3). A host that
+    serves native H3 is never FAILed for its version: the check states where its stack stands against the two
+    data points (`kitchen`: its comfy-kitchen version where known, inside ComfyUI) and whether the workflow's
+    refine is guarded by H3KitLatentGuard's correlation check, which stops a garbage refine at run time."""
+    ids = set(node_ids) if node_ids is not None else running_host_node_ids()
     shown = version or "(no version reported)"
     if ids is not None and not ids & native_h3_nodes():
         lacking = sorted({n.get("class_type") for n in graph.values() if isinstance(n, dict)
                           and isinstance(n.get("class_type"), str) and core_since(n["class_type"])
                           and n["class_type"] not in ids}) if isinstance(graph, dict) else []
         if lacking:  # WARN: each of these FAILs under 'nodes' with the same update
+            needed = max((core_since(ct) or "0" for ct in lacking), key=parse_version)
             return Check(WARN, "comfyui version", f"ComfyUI {shown} lacks core nodes this workflow needs "
-                         f"({', '.join(lacking)}; read from its node list): this ComfyUI is older than the workflow, "
-                         f"which needs ComfyUI core >= {MINIMUM}", f"update ComfyUI to >= {MINIMUM}")
+                         f"({', '.join(lacking)}; read from its node list): this ComfyUI is older than the workflow "
+                         f"(ComfyUI {needed} serves them)", f"update ComfyUI to {needed} or later")
         return Check(PASS, "comfyui version", f"{shown}: no native MiniMax-H3 here (read from its node list), so the "
                      "F01 stack does not apply; graphs without H3 nodes (LTX, H3Kit's handoff) run")
-    if not version:
-        return Check(WARN, "comfyui version", "the server does not report a version (older than 0.3.x?)",
-                     f"update ComfyUI to >= {MINIMUM}")
-    if parse_version(version) >= MIN_COMFYUI:
-        return Check(PASS, "comfyui version", f"{version} (>= {MINIMUM}: native H3 / LTX-2.5, correct two-stage refine)")
-    message = (f"ComfyUI {version} has native H3 but is older than {MINIMUM}: the two-stage H3 -> LTX-2.5 refine "
-               "produces black or noise frames with status 'success' on such stacks (F01)")
-    fix = (f"update ComfyUI to >= {MINIMUM} together with comfy-kitchen {version_text(MIN_KITCHEN)} and Spectrum "
-           "4783a22 (pip install -r requirements.txt, never with --upgrade)")
-    if ids is None:
-        message = message.replace("has native H3 but is older", "is older")
-    if uses_two_stage_refine(graph):
-        return Check(FAIL, "comfyui version", message + "; this workflow contains the two-stage refine", fix)
-    if graph is not None:
-        return Check(WARN, "comfyui version", message + "; this workflow has no refine stage", fix)
-    return Check(WARN, "comfyui version", message + " (pass --workflow to check a specific graph)", fix)
+    stack = f"ComfyUI {shown}" + (f" with comfy-kitchen {kitchen}" if kitchen else "")
+    served = "serves native MiniMax-H3" if ids is not None else "(node list not read)"
+    position = f01_stack_position(version, kitchen)
+    where = {"correct": "this stack is at or past the correct one",
+             "garbage": "this is the stack that produced garbage",
+             "untested": "this stack is covered by neither"}[position]
+    text = f"{stack} {served}; {F01_EVIDENCE}; {where}"
+    refines, guarded = refine_guard_state(graph)
+    if graph is None:
+        if position == "garbage":
+            return Check(WARN, "comfyui version", text, _update_fix())
+        return Check(PASS, "comfyui version", f"{text}. A two-stage graph is safe here with {GUARD_NODE} checking "
+                     "its refine (the shipped ones do; pass --workflow to check yours)")
+    if not refines:
+        return Check(PASS, "comfyui version", f"{text}; this workflow has no refine stage, so F01 does not apply")
+    unguarded = [sid for sid in refines if sid not in guarded]
+    if not unguarded:
+        guard = f"{GUARD_NODE} checks the refine output of node(s) {', '.join(guarded)} and stops a garbage refine"
+        if position == "garbage":
+            return Check(WARN, "comfyui version", f"{text}; {guard}, so expect this run to stop there",
+                         _update_fix())
+        return Check(PASS, "comfyui version", f"{text}; {guard}")
+    if position == "correct":
+        return Check(PASS, "comfyui version", f"{text}; refine node(s) {', '.join(unguarded)} run without "
+                     f"{GUARD_NODE} (recommended anyway)")
+    return Check(WARN, "comfyui version", f"{text}; nothing in this workflow checks the output of refine node(s) "
+                 f"{', '.join(unguarded)}, so a garbage refine would render with status 'success'", GUARD_FIX,
+                 node_id=unguarded[0])
+
+
+def _update_fix() -> str:
+    return (f"update ComfyUI to >= {MINIMUM} together with comfy-kitchen {version_text(MIN_KITCHEN)} and Spectrum "
+            "4783a22 (pip install -r requirements.txt, never with --upgrade); keep H3KitLatentGuard after the refine")
 
 
 def server_torch_check(torch_version: str, devices: Sequence[Any] | None = None) -> Check:
@@ -138,13 +189,12 @@ def model_file_checks(graph: dict, server_schemas: dict, fetch: Callable[[str], 
         files = server_model_list(server_schemas, fetch, ct, name, folder)
         if files is None:
             checks.append(Check(WARN, "model files", f"cannot list the server's '{folder}' folder to find '{filename}'",
-                                f"check that models/{folder}/{filename} exists on the server"))
+                                f"check that models/{folder_name(folder)}/{filename} exists on the server"))
         elif filename not in files:
             listed = f"it has {len(files)} there: {', '.join(files)}" if files else "that folder is empty"
             checks.append(Check(FAIL, "model files", f"node {nid} ({ct}) {name} = '{filename}' is not in the "
-                                f"server's models/{folder} ({listed})",
-                                f"put {filename} in models/{folder} (expected on this server), then press R in "
-                                "ComfyUI or restart it", node_id=nid, input=name))
+                                f"server's models/{folder_name(folder)} ({listed})", how_to_get(filename, folder),
+                                node_id=nid, input=name))
     if not checks:
         checks.append(Check(PASS, "model files", "every model file the workflow names is on the server"))
     return checks
@@ -175,6 +225,17 @@ def server_checks(client: ComfyClient, graph: dict | None, disabled: Disabled | 
         checks += missing_node_checks(graph, object_info, disabled, pack_of)
         checks += model_file_checks(graph, object_info, client.get_json)
     return checks, object_info, 0
+
+
+def server_version_check(client: ComfyClient, graph: dict | None, object_info: dict) -> Check:
+    """The F01 line for `run` and `validate --server` (doctor reads /system_stats itself): the same rule."""
+    try:
+        stats = client.get_json("/system_stats")
+    except ComfyError as exc:
+        return Check(WARN, "comfyui version", f"cannot read the server's version ({exc})", "check the server log")
+    system = stats.get("system", {}) if isinstance(stats, dict) else {}
+    version = _text(system.get("comfyui_version")) if isinstance(system, dict) else None
+    return comfyui_version_check(version, None if graph is None else well_formed(graph), object_info)
 
 
 def _text(value: Any) -> str | None:

@@ -13,14 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters import bounded_json
+from . import node_inputs
 from .facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
+from .filetypes import sniff_file
 from .graph import input_kind, inputs_of, is_link, node_shape_problem, well_formed
-from .problem import ERROR, Problem, has_errors
+from .host_layout import adapt_node
+from .invocation import command
+from .model_files import folder_name, how_to_get
+from .problem import ERROR, WARNING, Problem, has_errors
 from .rules import RULES
 from .rules_files import MODEL_INPUT_FOLDERS
-from .schemas import core_document, providing_pack, unknown_node_advice
+from .schemas import core_document, providing_pack, schema_version, unknown_node_advice
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+WORKFLOW_KINDS = {"json", "text", "unknown"}  # parsed; the JSON reader names what is wrong with them
+_EMBEDDED = ("ComfyUI stores the workflow inside the images and videos it saves: drag this file onto ComfyUI's "
+             "canvas, then save it with Workflow > Export (API) and pass that .json")
+NOT_A_WORKFLOW_FIX = {**dict.fromkeys(("png", "webp", "mp4", "webm", "mkv"), _EMBEDDED),
+                      **dict.fromkeys(("safetensors", "gguf", "torch_zip", "pickle"),
+                                      "that is a model or data file; pass the workflow .json (Workflow > Export (API) "
+                                      "in ComfyUI)"),
+                      "empty": "the file is empty: export the workflow again with Workflow > Export (API)"}
 PackLookup = Callable[[str], "str | None"]
 
 
@@ -32,28 +45,18 @@ def types_compatible(output_type: str, input_type: str) -> bool:
     return bool(set(output_type.split(",")) & set(input_type.split(",")))
 
 
-def declared_inputs(info: dict) -> dict[str, tuple[list, bool]]:
-    """{input name: (spec, required)} with Autogrow groups expanded to their dotted slot names."""
-    found: dict[str, tuple[list, bool]] = {}
-    sections = info.get("input", {})
-    children = {
-        spec[1]["child"]: spec[1]["child_api_key_form"]
-        for section in ("required", "optional")
-        for spec in sections.get(section, {}).values()
-        if len(spec) > 1 and isinstance(spec[1], dict) and spec[1].get("child_api_key_form")
-    }
-    for section in ("required", "optional"):
-        for name, spec in sections.get(section, {}).items():
-            kind, opts = input_kind(spec)
-            if name in children:  # a V3 dynamic combo's child, sent under its dotted key
-                found[children[name]] = (spec, True)
-            elif kind == "AUTOGROW":
-                for i in range(int(opts.get("max", 0))):
-                    slot_type = ",".join(opts.get("types", ["*"]))
-                    found[f"{name}.{opts['prefix']}{i}"] = ([slot_type, {}], False)
-            else:
-                found[name] = (spec, section == "required")
-    return found
+def declared_inputs(info: dict, values: dict | None = None) -> dict[str, tuple[list, bool]]:
+    """{input key: (spec, required)} as the host declares them for a node with these input `values`: Autogrow
+    slots and the inputs of the DynamicCombo options the values select, under their dotted keys
+    (checks/node_inputs.py). `values` None: every key any choice of options could declare."""
+    return node_inputs.declared_inputs(info, values)
+
+
+def is_input_file_combo(opts: dict) -> bool:
+    """A combo whose options are the files in ComfyUI's input folder (LoadImage, LoadAudio, LoadVideo...): the
+    pinned file marks it `input_files`, a host marks it with its upload widget."""
+    return bool(opts.get("input_files") or opts.get("image_upload") or opts.get("audio_upload")
+                or opts.get("video_upload") or opts.get("upload"))
 
 
 def _nearest_on_step(value: float, lo: float, step: float) -> tuple[float, float]:
@@ -87,7 +90,11 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folde
             step = opts["step"]
             if (value - base) % step:
                 below, above = _nearest_on_step(value, base, step)
-                problem(f"not on the widget's grid ({base} + k*{step})", f"use {int(below)} or {int(above)}")
+                # ComfyUI's /prompt checks min and max only: a warning, as the host accepts it (the pipeline rules
+                # judge the grids that matter, F19/F20, as errors)
+                bad.append(Problem(node_id, ct, name, value, f"not on the widget's grid ({base} + k*{step}); "
+                                   "ComfyUI accepts it, the editor would snap it", f"use {int(below)} or {int(above)}",
+                                   WARNING))
     elif kind == "BOOLEAN":
         if not isinstance(value, bool):
             problem("expected true or false", "use a JSON boolean")
@@ -95,20 +102,26 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folde
         if not isinstance(value, str):
             problem("expected a string", "quote the value")
     elif kind == "COMBO":
-        if opts.get("model_folder") or opts.get("input_files"):
-            where = opts.get("model_folder") or "input"
-            if not isinstance(value, str) or not value:
-                problem("expected a file name", f"name a file in the '{where}' folder")
-            elif not value.isprintable():
-                problem("the file name contains NUL or control characters, which no file name has",
-                        f"choose the file from the '{where}' folder's list")
-        elif value not in opts.get("options", []):
-            options = [str(o) for o in opts.get("options", [])]
+        listed = opts.get("options")  # None: the pinned file names the folder, not the files a host has
+        where = opts.get("model_folder") or ("input" if is_input_file_combo(opts) else None)
+        if where and (not isinstance(value, str) or not value):
+            problem("expected a file name", f"name a file in the '{where}' folder")
+        elif where and not value.isprintable():
+            problem("the file name contains NUL or control characters, which no file name has",
+                    f"choose the file from the '{where}' folder's list")
+        elif where and (listed is None or opts.get("model_folder")):
+            pass  # offline, or a pack's own loader: which files the host has is the server's to say (server.py)
+        elif value not in (listed or []):
+            options = [str(o) for o in listed or []]
             if folder:
-                listed = f"it has {len(options)} there: {', '.join(options)}" if options else "that folder is empty"
-                problem(f"'{value}' is not in this server's models/{folder} ({listed})",
-                        f"put {value} in models/{folder} (expected on this server), then press R in ComfyUI or "
-                        "restart it")
+                shown = f"it has {len(options)} there: {', '.join(options)}" if options else "that folder is empty"
+                problem(f"'{value}' is not in this server's models/{folder_name(folder)} ({shown})",
+                        how_to_get(str(value), folder))
+            elif where == "input":
+                shown = f"it has {len(options)} there" if options else "that folder is empty"
+                problem(f"'{value}' is not in this server's input folder ({shown})",
+                        f"upload {value} ({command(f'run --upload {node_id}=PATH')}, or drop the file on the node "
+                        "in ComfyUI), or copy it into ComfyUI's input folder")
             else:
                 problem("not one of the allowed options", f"choose one of: {', '.join(options)}")
     return bad
@@ -210,7 +223,7 @@ def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = p
 
 def _node_problems(graph: dict, schemas: dict, node_id: str, ct: str, info: dict, inputs: dict) -> list[Problem]:
     problems = []
-    declared = declared_inputs(info)
+    declared = declared_inputs(info, inputs)
     for name, (spec, required) in declared.items():
         if required and name not in inputs:
             kind, opts = input_kind(spec)
@@ -236,35 +249,48 @@ def _node_problems(graph: dict, schemas: dict, node_id: str, ct: str, info: dict
 
 def core_version_differences(graph: dict, schemas: dict, node_id: str, ct: str, inputs: dict,
                              problems: list[Problem]) -> list[Problem]:
-    """Problems of a core node that the pinned ComfyUI schemas (0.34) would not raise come from this host's
+    """Problems of a core node that the pinned ComfyUI schemas (checks.schemas.schema_version) would not raise come from this host's
     older core, not from the workflow: they become ONE problem naming the difference and the update."""
     pinned_doc = core_document()
     pinned = pinned_doc["nodes"].get(ct)
     if not problems or pinned is None or pinned.get("pack", "core") != "core" or schemas.get(ct) is pinned:
         return problems
     pinned_keys = {p.input for p in _node_problems(graph, {**schemas, ct: pinned}, node_id, ct, pinned, inputs)}
-    # a model file the server lacks is the user's to add, whatever the version: never a core difference
-    differences = [p for p in problems if p.input not in pinned_keys and (ct, p.input) not in MODEL_INPUT_FOLDERS]
+    # a model or input file the server lacks is the user's to add, whatever the version: never a core difference
+    pinned_specs = declared_inputs(pinned, inputs)
+    user_files = {name for name, (spec, _) in pinned_specs.items()
+                  if input_kind(spec)[1].get("model_folder") or is_input_file_combo(input_kind(spec)[1])}
+    differences = [p for p in problems if p.input not in pinned_keys and (ct, p.input) not in MODEL_INPUT_FOLDERS
+                   and p.input not in user_files]
     if not differences:
         return problems
-    newer = pinned_doc.get("comfyui_version", "0.34.0")
-    host = declared_inputs(schemas[ct])
-    nested = [name for name in inputs if "." in name and name not in host and name.split(".", 1)[1] in host]
-    if nested:
-        parent, child = nested[0].split(".", 1)
-        message = (f"this ComfyUI's {ct} takes {parent} + {child} as separate inputs; the workflow uses the "
-                   f"ComfyUI >= {newer} layout ('{nested[0]}'), a core-version difference")
-        fix = f"update ComfyUI to >= {newer}, or for this ComfyUI rename input '{nested[0]}' to '{child}'"
-        where = nested[0]
-    else:
-        parts = [_difference_text(p, inputs) for p in differences]
+    newer = schema_version(ct)
+    kept = [p for p in problems if p not in differences]
+    _, changes = adapt_node(node_id, {"class_type": ct, "inputs": inputs}, schemas[ct])
+    moved = {c.old_key for c in changes} | {c.new_key for c in changes}
+    layout = [p for p in differences if p.input in moved]
+    rest = [p for p in differences if p.input not in moved]
+    if layout:
+        renames = ", ".join(f"'{c.old_key}' to '{c.new_key}'" for c in changes)
+        message = (f"this ComfyUI's {ct} takes {', '.join(repr(c.new_key) for c in changes)} where the workflow "
+                   f"uses the ComfyUI >= {newer} layout ({', '.join(repr(c.old_key) for c in changes)}), a core-version "
+                   f"difference; `{command('run')}` and the editor's preflight adapt it before queueing")
+        fix = f"for this ComfyUI rename input {renames}, or update ComfyUI to >= {newer}"
+        where = changes[0].old_key
+        kept.append(Problem(node_id, ct, where, inputs.get(where), message, fix,
+                            ERROR if has_errors(layout) else layout[0].severity))
+    if rest:
+        parts = [_difference_text(p, inputs) for p in rest]
         message = (f"this ComfyUI's {ct} {'; '.join(parts)}, which ComfyUI {newer} accepts: this ComfyUI is older "
                    "than the workflow")
-        fix = f"update ComfyUI to >= {newer}"
-        where = differences[0].input
-    severity = ERROR if has_errors(differences) else differences[0].severity
-    kept = [p for p in problems if p not in differences]
-    return kept + [Problem(node_id, ct, where, inputs.get(where), message, fix, severity)]
+        # On an output node another option changes only how the result is written (SaveVideo's codec), so the
+        # host's own choice is a fix that works now; elsewhere (CLIPLoader's type) it would load the wrong model.
+        here = [f"{p.input}: {p.fix}" for p in rest if p.severity == ERROR and p.input is not None
+                and schemas[ct].get("output_node")]
+        fix = f"update ComfyUI to >= {newer}" + (f", or for this ComfyUI {'; '.join(here)}" if here else "")
+        kept.append(Problem(node_id, ct, rest[0].input, inputs.get(rest[0].input), message, fix,
+                            ERROR if has_errors(rest) else rest[0].severity))
+    return kept
 
 
 def _difference_text(problem: Problem, inputs: dict) -> str:
@@ -314,10 +340,17 @@ def _read_capped(path: Path, limit: int) -> bytes:
 def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
     """(the parsed JSON, None) or (None, a Problem saying why the file cannot be read)."""
     fix = "pass a readable API-format JSON file (UTF-8, as ComfyUI's Export (API) writes it)"
+    if Path(path).is_dir():
+        return None, Problem("-", "-", None, None, f"{path} is a folder, not a workflow file",
+                             "pass one API-format JSON file from it (`validate` also takes a folder)")
     try:
-        data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1)
+        kind = sniff_file(path)
+        data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1) if kind is None or kind.key in WORKFLOW_KINDS else b""
     except OSError as exc:
         return None, Problem("-", "-", None, None, f"cannot read {path}: {exc.strerror or exc}", fix)
+    if kind is not None and kind.key not in WORKFLOW_KINDS:
+        return None, Problem("-", "-", None, None, f"{path} is {kind.text}, not a JSON workflow",
+                             NOT_A_WORKFLOW_FIX.get(kind.key, fix))
     try:
         return parse_graph_json(data, f"the workflow file {path}"), None
     except bounded_json.JSONLimitError as exc:

@@ -3,13 +3,14 @@ folder, the safetensors header rules (F13/F14)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .graph import well_formed
-from .problem import FAIL, PASS, Check, problem_check
+from .environment import find_comfyui
+from .graph import ancestors, well_formed
+from .model_files import folder_name, how_to_get
+from .problem import FAIL, PASS, WARN, Check, problem_check
 from .rules import RULES
 from .rules_files import model_input_keys, model_inputs, safetensors_lint
 from .schemas import providing_pack
@@ -19,13 +20,10 @@ from .validator import PackLookup, load_graph_file, looks_like_ui_format, supers
 Locate = Callable[[str, str], "Path | None"]
 
 
-def default_models_dir(env: dict[str, str] | None = None) -> Path | None:
-    env = os.environ if env is None else env
-    if env.get("COMFYUI_DIR"):
-        candidate = Path(env["COMFYUI_DIR"]) / "models"
-        if candidate.is_dir():
-            return candidate
-    return None
+def default_models_dir(env: dict[str, str] | None = None, cwd: Path | None = None) -> Path | None:
+    """models/ of the ComfyUI found the way doctor finds the install (checks/environment.find_comfyui)."""
+    folder = find_comfyui(env, cwd)
+    return folder / "models" if folder is not None else None
 
 
 def workflow_checks(graph: Any, schemas: dict, locate: Locate | None,
@@ -49,9 +47,6 @@ def workflow_checks(graph: Any, schemas: dict, locate: Locate | None,
     checks = [problem_check(p) for p in problems]
     if not checks:
         checks.append(Check(PASS, "workflow", f"{len(graph)} nodes: schema checks and lints found nothing"))
-    if locate is None:
-        checks.append(Check(PASS, "model headers", "not checked: no models folder (doctor --models-dir DIR, or "
-                            "inside ComfyUI) for the F13 header checks"))
     return checks
 
 
@@ -62,12 +57,31 @@ def load_graph(path: Path) -> tuple[Any, Check | None]:
     return graph, None
 
 
-def missing_file_checks(graph: dict, schemas: dict, locate: Locate) -> list[Check]:
-    """Model files the graph names that are not in this host's model folders."""
-    return [Check(FAIL, "model files", f"node {nid} ({ct}) {name} = '{filename}' is not in models/{folder}",
-                  f"put {filename} in models/{folder} (expected on this ComfyUI), then press R or restart",
-                  node_id=nid, input=name)
-            for nid, ct, name, folder, filename in model_inputs(graph, schemas) if locate(folder, filename) is None]
+def executed_nodes(graph: dict, schemas: dict) -> set[str]:
+    """The nodes ComfyUI runs: output nodes and everything upstream of them (other nodes never execute)."""
+    outputs = [nid for nid, node in graph.items() if isinstance(node, dict)
+               and (schemas.get(node.get("class_type")) or {}).get("output_node")]
+    return ancestors(graph, outputs)
+
+
+def missing_file_checks(graph: dict, schemas: dict, locate: Locate, where: str = "models") -> list[Check]:
+    """Model files the graph names that are not in this host's model folders: FAIL, or WARN where the graph runs
+    without the file (its loader leads to no output, so ComfyUI never runs it). `where`: the models folder as
+    the user knows it. The fix names the file's size and source (checks/model_files.py)."""
+    runs = executed_nodes(graph, schemas)
+    checks = []
+    for nid, ct, name, folder, filename in model_inputs(graph, schemas):
+        if locate(folder, filename) is not None:
+            continue
+        detail = f"node {nid} ({ct}) {name} = '{filename}' is not in {where}/{folder_name(folder)}"
+        if nid in runs:
+            checks.append(Check(FAIL, "model files", detail, how_to_get(filename, folder), node_id=nid, input=name))
+        else:
+            checks.append(Check(WARN, "model files", f"{detail}; the graph runs without it (node {nid} leads to no "
+                                "output, so ComfyUI never runs it)",
+                                f"remove node {nid}, or connect it and {how_to_get(filename, folder)}",
+                                node_id=nid, input=name))
+    return checks
 
 
 def preflight_checks(graph: dict, schemas: dict, locate: Locate | None, available_nodes: Iterable[str] | None,

@@ -304,6 +304,7 @@ def h3_attention(attn: Any, x: torch.Tensor, rope_freqs: torch.Tensor | None, gr
 
     def attend(q, k, v, g):
         q, k = qk_step(q.view(1, seq, g, head_dim), k.view(1, seq, g, head_dim))
+        v = v.contiguous()  # the host copies v out of the fused buffer before attention (a no-op per group)
         q, k, v = (t.view(seq, g, head_dim).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
         o = attention_fn(wrap(q), wrap(k), wrap(v), g, mask=None, skip_reshape=True, **attention_kwargs)
         return o.reshape(seq, g * head_dim)
@@ -406,9 +407,11 @@ def ltx_attention(attn: Any, x: torch.Tensor, context: torch.Tensor | None, mask
     ranges = split_ranges(heads, groups)
     state: dict[str, Any] = {"out": None, "reason": ""}
 
+    masked = {} if mask is None else {"mask": mask}  # the host passes mask= only when there is one
+
     def attend(v_group, h0, h1, out):
         cols = slice(h0 * dim_head, h1 * dim_head)
-        og = attention_fn(wrap(qk[0][..., cols]), wrap(qk[1][..., cols]), wrap(v_group), h1 - h0, mask=mask,
+        og = attention_fn(wrap(qk[0][..., cols]), wrap(qk[1][..., cols]), wrap(v_group), h1 - h0, **masked,
                           **attention_kwargs)
         if gates is not None:
             og = og.view(batch, tokens, h1 - h0, dim_head) * gates[..., h0:h1].unsqueeze(-1)

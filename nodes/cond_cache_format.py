@@ -1,7 +1,7 @@
 """The H3Kit conditioning-cache file format: a CONDITIONING value as safetensors plus JSON metadata.
 
 Pure (de)serialisation with no ComfyUI import, shared by the nodes in conditioning_cache.py and the
-`python -m h3kit cond` CLI. Nothing here ever unpickles.
+`cond` command line. Nothing here ever unpickles.
 
 File layout (format version 1): a standard safetensors file. Every tensor found anywhere in the
 conditioning (main tensors, pooled_output, attention masks, tensors nested in lists/dicts such as
@@ -37,9 +37,12 @@ from ..adapters.safetensors_file import (
     SafetensorsHeaderError,
     TensorEntry,
     header_length,
+    other_kind,
     parse_header,
 )
 from ..adapters.safetensors_file import read_header as read_safetensors_header
+from ..checks.filetypes import HEAD_BYTES, FileKind
+from ..checks.invocation import command
 
 FORMAT_NAME = "h3kit.conditioning"
 FORMAT_VERSION = 1
@@ -50,10 +53,25 @@ MAX_STRUCTURE_DEPTH = 64  # a CONDITIONING nests about 6 levels; the bound keeps
 VERSION_TEXT = regex(r"[0-9]{1,9}")
 WINDOWS_FORBIDDEN_CHARS = set('<>:"|?*')
 WINDOWS_RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL"} | {f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)}
-REBUILD_FIX = (
-    "delete the file and save the conditioning again (H3KitSaveConditioning, or "
-    "`python -m h3kit cond build ...`)"
-)
+
+
+def rebuild_fix() -> str:
+    """How to replace a damaged cache: save it again over the file (never "delete it": it may be the user's)."""
+    return (f"save the conditioning again over it (H3KitSaveConditioning with overwrite on, or "
+            f"`{command('cond build ... --overwrite')}`)")
+
+
+def not_a_cache(path: Path, kind: FileKind) -> CacheError:
+    """A file that is something else entirely (an image, a model, a torch.save pickle), named as what it is."""
+    if kind.key in ("torch_zip", "pickle"):
+        return CacheError(f"{path} is {kind.text}, not safetensors; H3Kit never unpickles files, because loading a "
+                          "pickle can run arbitrary code",
+                          f"convert it once with `{command('cond import FILE NAME')}` (torch.load weights_only=True), "
+                          "or encode the prompt again")
+    return CacheError(f"{path} is {kind.text}, not an H3Kit conditioning cache (a .safetensors file written by "
+                      "H3KitSaveConditioning)",
+                      f"choose a cache file (`{command('cond list')}` shows the cache folder's files); make one with "
+                      f"H3KitSaveConditioning or `{command('cond build')}`")
 
 # safetensors dtype code <-> torch dtype, limited to what this torch build has.
 _DTYPE_CODES = {
@@ -379,8 +397,9 @@ def read_header(path: Path) -> tuple[SafetensorsHeader, dict[str, str]]:
     try:
         header = read_safetensors_header(path)
     except SafetensorsHeaderError as exc:
-        _raise_if_pickle(path, _first_bytes(path))
-        raise CacheError(f"{path} is not a usable safetensors file: {exc}", REBUILD_FIX) from exc
+        if exc.kind is not None:
+            raise not_a_cache(path, exc.kind) from exc
+        raise CacheError(f"{path} is not a usable safetensors file: {exc}", rebuild_fix()) from exc
     except OSError as exc:
         raise CacheError(f"{path} cannot be read ({exc.strerror or exc})", "check that the file exists and is readable") from exc
     return header, header.metadata or {}
@@ -418,7 +437,7 @@ def read_cache(path: Path) -> LoadedCache:
     try:
         check_conditioning_shape(conditioning)
     except CacheError as exc:
-        raise CacheError(f"{path} does not hold a CONDITIONING: {exc.problem}", REBUILD_FIX) from exc
+        raise CacheError(f"{path} does not hold a CONDITIONING: {exc.problem}", rebuild_fix()) from exc
     loaded = LoadedCache(path, conditioning, metadata, tensors)
     prompt = metadata.get("prompt_text", "")
     stored_sha = metadata.get("prompt_sha256", "")
@@ -435,8 +454,11 @@ def _checked_header(path: Path, fh: Any) -> tuple[SafetensorsHeader, dict[str, s
         length = header_length(head, size)
         header = parse_header(_read_exact(fh, length), length, size)
     except SafetensorsHeaderError as exc:
-        _raise_if_pickle(path, head)
-        raise CacheError(f"{path} is not a usable safetensors file: {exc}", REBUILD_FIX) from exc
+        fh.seek(0)
+        named = other_kind(fh.read(HEAD_BYTES))
+        if named is not None:
+            raise not_a_cache(path, named.kind) from exc
+        raise CacheError(f"{path} is not a usable safetensors file: {exc}", rebuild_fix()) from exc
     _check_size(path, header)
     metadata = header.metadata or {}
     check_metadata(path, header, metadata)
@@ -449,7 +471,7 @@ def _check_size(path: Path, header: SafetensorsHeader) -> None:
     if header.data_bytes > MAX_CACHE_BYTES:
         raise CacheError(f"{path} holds {header.data_bytes / 2**30:.1f} GiB of tensors; a conditioning cache is at most "
                          f"{MAX_CACHE_BYTES // 2**30} GiB (an encoded prompt is a few MiB)",
-                         "check that this is a conditioning cache; " + REBUILD_FIX)
+                         "check that this is a conditioning cache; " + rebuild_fix())
 
 
 def _read_exact(fh: Any, count: int) -> bytes:
@@ -482,23 +504,6 @@ def _read_data(path: Path, fh: Any, nbytes: int) -> torch.Tensor:
     return buffer
 
 
-def _first_bytes(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(8)
-    except OSError:
-        return b""
-
-
-def _raise_if_pickle(path: Path, head: bytes) -> None:
-    """Name the common mistake: a torch.save cache (zip or legacy pickle) renamed to .safetensors."""
-    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
-        raise CacheError(f"{path} is a PyTorch pickle file (torch.save), not safetensors; H3Kit never unpickles files, "
-                         "because loading a pickle can run arbitrary code",
-                         "convert it once with `python -m h3kit cond import FILE NAME` (torch.load weights_only=True), "
-                         "or encode the prompt again")
-
-
 def check_metadata(path: Path, header: SafetensorsHeader, metadata: dict[str, str]) -> None:
     if metadata.get("h3kit_format") != FORMAT_NAME:
         names = sorted(header.tensors)
@@ -513,7 +518,7 @@ def check_metadata(path: Path, header: SafetensorsHeader, metadata: dict[str, st
         )
     raw_version = metadata.get("h3kit_format_version", "")
     if not VERSION_TEXT.fullmatch(raw_version):  # ASCII digits only: "²".isdigit() is True but int("²") fails
-        raise CacheError(f"{path} has a corrupt format version {raw_version[:40]!r}", REBUILD_FIX)
+        raise CacheError(f"{path} has a corrupt format version {raw_version[:40]!r}", rebuild_fix())
     if int(raw_version) > FORMAT_VERSION:
         raise CacheError(
             f"{path} was written by a newer H3Kit (cache format version {raw_version}; this H3Kit reads up to "
@@ -521,23 +526,23 @@ def check_metadata(path: Path, header: SafetensorsHeader, metadata: dict[str, st
             "update H3Kit (git pull in custom_nodes/H3Kit, then restart ComfyUI)",
         )
     if int(raw_version) < 1:
-        raise CacheError(f"{path} has an invalid format version {raw_version}", REBUILD_FIX)
+        raise CacheError(f"{path} has an invalid format version {raw_version}", rebuild_fix())
 
 
 def _json_field(path: Path, metadata: dict[str, str], key: str) -> Any:
     if key not in metadata:
-        raise CacheError(f"{path} has no '{key}' metadata entry", REBUILD_FIX)
+        raise CacheError(f"{path} has no '{key}' metadata entry", rebuild_fix())
     try:
         return bounded_json.loads(metadata[key], f"its '{key}' metadata entry", max_depth=MAX_STRUCTURE_DEPTH)
     except bounded_json.JSONLimitError as exc:
-        raise CacheError(f"{path} is corrupt: {exc}", REBUILD_FIX) from exc
+        raise CacheError(f"{path} is corrupt: {exc}", rebuild_fix()) from exc
 
 
 def _tensor_view(path: Path, buffer: torch.Tensor, entry: TensorEntry) -> torch.Tensor:
     dtype = CODE_TO_DTYPE.get(entry.dtype)
     if dtype is None:
         raise CacheError(f"{path} holds tensor {entry.name!r} as {entry.dtype}, which H3Kit caches never use",
-                         REBUILD_FIX)
+                         rebuild_fix())
     if entry.nbytes == 0:
         return torch.empty(entry.shape, dtype=dtype)
     raw = buffer[entry.begin : entry.end]
@@ -549,18 +554,18 @@ def _tensor_view(path: Path, buffer: torch.Tensor, entry: TensorEntry) -> torch.
 def _check_tensor_table(path: Path, records: Any, tensors: dict, view: memoryview, header: SafetensorsHeader) -> None:
     if not isinstance(records, dict) or set(records) != set(tensors) or not all(isinstance(r, dict) for r in records.values()):
         raise CacheError(f"{path} is corrupt: the tensor table in the metadata does not match the stored tensors",
-                         REBUILD_FIX)
+                         rebuild_fix())
     for name, record in records.items():
         tensor = tensors[name]
         if record.get("dtype") != dtype_name(tensor.dtype) or record.get("shape") != list(tensor.shape):
             raise CacheError(f"{path} is corrupt: tensor {name} ({str(record.get('path'))[:80]}) is "
                              f"{dtype_name(tensor.dtype)}{list(tensor.shape)} but the metadata says "
-                             f"{str(record.get('dtype'))[:20]}{str(record.get('shape'))[:80]}", REBUILD_FIX)
+                             f"{str(record.get('dtype'))[:20]}{str(record.get('shape'))[:80]}", rebuild_fix())
         entry = header.tensors[name]
         crc = f"{zlib.crc32(view[entry.begin : entry.end]):08x}"
         if crc != record.get("crc32"):
             raise CacheError(f"{path} is corrupt: the data of tensor {name} ({str(record.get('path'))[:80]}) fails its "
-                             f"checksum (crc32 {crc}, stored {str(record.get('crc32'))[:20]})", REBUILD_FIX)
+                             f"checksum (crc32 {crc}, stored {str(record.get('crc32'))[:20]})", rebuild_fix())
 
 
 def _decode(node: Any, tensors: dict[str, torch.Tensor], path: Path) -> Any:
@@ -569,7 +574,7 @@ def _decode(node: Any, tensors: dict[str, torch.Tensor], path: Path) -> Any:
     if isinstance(node, list):
         return [_decode(item, tensors, path) for item in node]
     if not isinstance(node, dict):
-        raise CacheError(f"{path} has a corrupt structure entry {node!r}", REBUILD_FIX)
+        raise CacheError(f"{path} has a corrupt structure entry {node!r}", rebuild_fix())
     tag = next((k for k in node if k.startswith("$")), None)
     if tag is None:
         return {k: _decode(v, tensors, path) for k, v in node.items()}
@@ -578,7 +583,7 @@ def _decode(node: Any, tensors: dict[str, torch.Tensor], path: Path) -> Any:
     except CacheError:
         raise
     except (KeyError, TypeError, ValueError, OverflowError, struct.error) as exc:
-        raise CacheError(f"{path} has a corrupt structure entry {json.dumps(node)[:80]} ({exc!r})", REBUILD_FIX) from exc
+        raise CacheError(f"{path} has a corrupt structure entry {json.dumps(node)[:80]} ({exc!r})", rebuild_fix()) from exc
 
 
 def _decode_tagged(tag: str, node: dict, tensors: dict[str, torch.Tensor], path: Path) -> Any:
@@ -595,7 +600,7 @@ def _decode_tagged(tag: str, node: dict, tensors: dict[str, torch.Tensor], path:
         return torch.Size(int(d) for d in value)
     if tag == "$dict":
         return {_decode(k, tensors, path): _decode(v, tensors, path) for k, v in value}
-    raise CacheError(f"{path} uses the unknown structure tag {tag!r}", "update H3Kit, or " + REBUILD_FIX)
+    raise CacheError(f"{path} uses the unknown structure tag {tag!r}", "update H3Kit, or " + rebuild_fix())
 
 
 # ------------------------------------------------------------------------------------- describing

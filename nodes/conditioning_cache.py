@@ -21,6 +21,7 @@ from ..adapters.host import (
     host_module,
     model_folder,
 )
+from ..checks.invocation import command
 from .common import LOG, H3KitInputError, Report, category, log_once
 from .cond_cache_format import (
     CacheError,
@@ -80,7 +81,7 @@ def _missing_file_problem(name: str) -> tuple[str, str]:
     where = ", ".join(str(folder) for folder in cache_folders())
     if not names:
         return (f"there is no cache named '{name}' in {where}; the folder holds no caches yet",
-                "create one with H3KitSaveConditioning or `python -m h3kit cond build`")
+                f"create one with H3KitSaveConditioning or `{command('cond build')}`")
     shown = ", ".join(names[:20]) + (f" ... ({len(names)} in all)" if len(names) > 20 else "")
     return f"there is no cache named '{name}' in {where}; available: {shown}", "pick one of the available names"
 
@@ -108,7 +109,7 @@ class H3KitLoadConditioning:
             "required": {
                 "name": (host_choices(LOAD_ID, "name", available_names), {
                     "tooltip": "A cache file in models/conditioning_cache (made by H3KitSaveConditioning or "
-                               "`python -m h3kit cond build`). Press R in ComfyUI to refresh the list.",
+                               f"`{command('cond build')}`). Press R in ComfyUI to refresh the list.",
                     "model_folder": FOLDER_KEY,
                 }),
             },

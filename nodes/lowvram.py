@@ -1,11 +1,12 @@
 """Low-VRAM patches for the H3 DiT and the LTX-2.5 transformer: head-group attention, token-chunked FFN.
 
 Both nodes clone the model patcher and add one object patch per block module on a dotted key
-(`diffusion_model.blocks.<i>.attn.forward`, `diffusion_model.transformer_blocks.<i>.ff.forward`, ...; H3 also
-guards `blocks.<i>.forward` to notice a block replacement's own `attention=`); the input model is never touched.
-The patched forwards run the host's own layers, kernels and attention function, looked up per call, and decide
-per forward from each layer as it is then (kernels/chunked.py says why that is exact); what ran is logged once per
-new outcome. A model whose structure does not match is returned unchanged, said in the report and the log.
+(`diffusion_model.blocks.<i>.attn.forward`, `diffusion_model.transformer_blocks.<i>.ff.forward`, ...); the input
+model is never touched. The host's blocks call these modules (a block replacement's `original_block` too), so the
+patches hold whichever way a block runs. The patched forwards run the host's own layers, kernels and attention
+function, looked up per call, and decide per forward from each layer as it is then (kernels/chunked.py says why
+that is exact); what ran is logged once per new outcome. A model whose structure does not match is returned
+unchanged, said in the report and the log.
 """
 from __future__ import annotations
 
@@ -102,7 +103,9 @@ def host_attention(attn_module: Any) -> tuple[chunked.AttentionFn, dict[str, Any
 
     Looked up at call time in the module that defines the attention class (H3 binds `optimized_attention`
     there), else in `comfy.ldm.modules.attention`; outside ComfyUI, torch SDPA (reported as a fallback).
-    Hosts that pass q/k/v in `AttentionTensorContainer`s get them wrapped the same way.
+    q/k/v are wrapped in `AttentionTensorContainer`s only where the attention class's own module uses them (H3 on
+    ComfyUI 0.33.0); LTX passes plain tensors on every host, and under `--use-ck-attention` the two take different
+    kitchen paths (containers: prequantized int8 attention; plain: `int8_attention`), so the host's form is kept.
     """
     source = sys.modules.get(type(attn_module).__module__)
     fn = getattr(source, "optimized_attention", None)
@@ -112,7 +115,7 @@ def host_attention(attn_module: Any) -> tuple[chunked.AttentionFn, dict[str, Any
         fn, origin = core.optimized_attention, "comfy.ldm.modules.attention.optimized_attention"
     if fn is None:
         return sdpa_attention, {}, "torch SDPA", _same
-    container = getattr(source, "AttentionTensorContainer", None) or getattr(core, "AttentionTensorContainer", None)
+    container = getattr(source, "AttentionTensorContainer", None)
     extra: dict[str, Any] = {}
     if getattr(attn_module, "comfy_attention", None) is not None:
         extra["preferred_attention"] = attn_module.comfy_attention
@@ -240,23 +243,6 @@ class H3AttentionPatch:
         return out
 
 
-class H3BlockGuard:
-    """`DiTBlock.forward` unchanged, except that an `attention=` from a block replacement is noticed and reported."""
-
-    h3kit_patch = "lowvram_block_guard"
-
-    def __init__(self, inner: Any, attention_patch: H3AttentionPatch):
-        self.inner, self.attention_patch = inner, attention_patch
-
-    def __call__(self, *args, **kwargs):
-        attention = kwargs.get("attention", args[5] if len(args) > 5 else None)
-        if attention is not None and attention is not self.attention_patch:
-            self.attention_patch.ledger.record(
-                H3AttentionPatch.kind, "bypassed", "a block replacement passed its own attention= to DiTBlock.forward; "
-                "that attention ran, not the head groups")
-        return self.inner(*args, **kwargs)
-
-
 class LTXAttentionPatch:
     """LTX `CrossAttention.forward` with head-group attention; the host's forward where it cannot apply."""
 
@@ -324,10 +310,9 @@ class ChunkedFFNPatch:
         tokens = x.shape[dim]
         if tokens < self.seq_threshold:
             return self.inner(x, *args, **kwargs)
-        scaled = [name for name, layer in self.module.named_modules() if kitchen.activation_scale_is_global(layer)]
+        scaled = _input_scaled_layers(self.module)
         if scaled:
-            self.ledger.record(self.kind, "whole", f"{', '.join(scaled)} quantize(s) the input with one scale for all "
-                               "tokens; chunks would change the numbers")
+            self.ledger.record(self.kind, "whole", f"{scaled}; chunks would change the numbers")
             return self.inner(x, *args, **kwargs)
         width = self.width or x.shape[-1] * 8
         count = self.planner.count(("ffn", tokens, width, x.dtype, str(x.device)), lambda: chunked.auto_ffn_chunks(
@@ -337,6 +322,16 @@ class ChunkedFFNPatch:
             return self.inner(x, *args, **kwargs)
         self.ledger.record(self.kind, "chunked")
         return chunked.chunked_tokens(lambda part: self.inner(part, *args, **kwargs), x, count, dim=dim)
+
+
+def _input_scaled_layers(module: Any) -> str:
+    """'name: why, ...' for the layers of a feed-forward whose numbers per token depend on the whole input."""
+    found = []
+    for name, layer in module.named_modules():
+        why = kitchen.whole_input_scaling(layer)
+        if why:
+            found.append(f"{name}: {why}")
+    return ", ".join(found)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -377,11 +372,11 @@ class H3KitLowVRAMAttention:
     DISPLAY_NAME = "H3Kit Low-VRAM Attention (head groups)"
     CATEGORY = category("Memory")
     DESCRIPTION = ("Runs attention one head group at a time on the H3 DiT and LTX-2.5 blocks, through the host's own "
-                   "layers: q/k/v come from row slices of the weights the host would use (LoRA, lowvram patches, int8/"
-                   "fp8/NVFP4 weights included), normalised with the host's own kernel, so the fused qkv buffer never "
-                   "exists whole. Where a layer cannot be split (other quantized formats, wrapped layers) it runs whole "
-                   "and the log says so. Auto leaves short sequences to the host's forward. Measured numbers: "
-                   "docs/benchmarks.md.")
+                   "layers: q/k/v come from row slices of the weights the host would use (LoRA, lowvram patches and "
+                   "every quantized layout of the host whose rows can be cut exactly included), normalised with the "
+                   "host's own kernel, so the fused qkv buffer never exists whole. Where a layer cannot be split (a "
+                   "layout without an exact row slice, wrapped layers) it runs whole and the report and log say so. "
+                   "Auto leaves short sequences to the host's forward. Measured numbers: docs/benchmarks.md.")
     FUNCTION = "patch"
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
@@ -426,13 +421,12 @@ class H3KitLowVRAMAttention:
                             "not bitwise equal to the host)")
         for layers, why in _narrow_slice_notes(found, head_chunks):
             report.fallback(f"narrow:{why}", f"{layers}: {why}")
-        replacements = _block_replacements(patched)
-        if replacements:
-            report.warn(f"{replacements} block replacement patch(es) present: one that passes its own attention= "
-                        "bypasses the head groups; that is detected and logged per forward")
+        verdicts = _layout_verdicts([t.module for t in found.attention], found.family)
+        if verdicts:
+            report.set(quantized_layouts=verdicts)
         report.set(status="patched", family=found.family, layers_patched=counts["patched"],
                    attention_function=origin, norm_rope_kernel=_rope_kernel(found.family, _ck, kitchen_origin),
-                   decided="per forward, from the layer as it is then: per_group | whole (reason) | host | bypassed; "
+                   decided="per forward, from the layer as it is then: per_group | whole (reason) | host; "
                            "each new outcome is logged once (logger H3Kit)",
                    weights=_weight_summary([t.module for t in found.attention], found.family),
                    rule=AUTO_RULE if head_chunks == 0 else "fixed")
@@ -450,11 +444,6 @@ class H3KitLowVRAMAttention:
         original = existing.original if existing is not None else patched.get_model_object(key)
         if target.kind == "h3_attn":
             patch = H3AttentionPatch(target.module, planner, ledger, original)
-            block_key = target.key.rsplit(".", 1)[0] + ".forward"
-            inner = patched.get_model_object(block_key)
-            if getattr(inner, "h3kit_patch", None) == "lowvram_block_guard":
-                inner = inner.inner
-            patched.add_object_patch(block_key, H3BlockGuard(inner, patch))
         else:
             patch = LTXAttentionPatch(target.module, planner, ledger, original)
         patched.add_object_patch(key, patch)
@@ -486,30 +475,32 @@ def _narrow_slice_notes(found: Structure, head_chunks: int) -> list[tuple[str, s
     return [(", ".join(keys), why) for why, keys in by_reason.items()]
 
 
-def _block_replacements(model: Any) -> int:
-    options = getattr(model, "model_options", {}).get("transformer_options", {})
-    return len(options.get("patches_replace", {}).get("dit", {}))
-
-
 def _weight_summary(modules: list, family: str) -> str:
     """What the first attention layer's projection weight is, and what that means for the per-group path."""
     layer = modules[0].qkv_proj if family == "h3" else modules[0].to_v
     weight = getattr(layer, "weight", None)
     if kitchen.is_quantized(weight):
-        layout = kitchen.layout_name(weight)
-        if layout in kitchen.ROW_SLICEABLE_LAYOUTS:
-            return f"{layout}: per-group row slices of the quantized weight, the host's quantized matmul"
-        return f"{layout}: no exact row slice; the projection runs whole (fused buffer built), attention still per group"
+        name = kitchen.layout_name(weight)
+        return f"{name}: {kitchen.slice_verdict(name)} (attention per group either way)"
     return "plain weights: per-group row slices of the weight the host's cast path returns (LoRA applied)"
+
+
+def _layout_verdicts(modules: list, family: str) -> dict[str, str] | None:
+    """Every quantized layout this host defines and what the per-group path does with it (quantized models only)."""
+    layer = modules[0].qkv_proj if family == "h3" else modules[0].to_v
+    if not kitchen.is_quantized(getattr(layer, "weight", None)):
+        return None
+    return {name: kitchen.slice_verdict(name) for name in kitchen.registered_layouts()}
 
 
 class H3KitChunkFeedForward:
     DISPLAY_NAME = "H3Kit Chunk Feed-Forward (token chunks)"
     CATEGORY = category("Memory")
     DESCRIPTION = ("Runs the feed-forward of every H3 DiT / LTX-2.5 block on token chunks through the host's own "
-                   "forward, so its 4-5x wide intermediate never exists for the whole sequence. Layers that quantize "
-                   "their input with one scale for all tokens (NVFP4/FP8 without a stored input scale) are left whole, "
-                   "since chunks would change their numbers; the log says so. Measured numbers: docs/benchmarks.md.")
+                   "forward, so its 4-5x wide intermediate never exists for the whole sequence. Layers whose input "
+                   "the host quantizes with one scale for all tokens (e.g. NVFP4 without a stored input scale; read "
+                   "from the host's own quantizer) are left whole, since chunks would change their numbers; the report "
+                   "and log say so. Measured numbers: docs/benchmarks.md.")
     FUNCTION = "patch"
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
@@ -548,11 +539,10 @@ class H3KitChunkFeedForward:
             elif _existing_patch(patched, key) is not None:
                 log_once(f"lowvram:ffn-compose:{found.family}", f"H3Kit: chunking around another node's patch on {key}")
             patched.add_object_patch(key, ChunkedFFNPatch(current, target.module, planner, ledger, seq_threshold))
-        scaled = sorted({name for t in found.ffn for name, layer in t.module.named_modules()
-                         if kitchen.activation_scale_is_global(layer)})
+        scaled = sorted({why for t in found.ffn if (why := _input_scaled_layers(t.module))})
         if scaled:
-            report.fallback("input-scaled", f"feed-forward layers {', '.join(scaled)} quantize their input with one "
-                            "scale for all tokens: those feed-forwards run whole (exact), not chunked")
+            report.fallback("input-scaled", f"feed-forward layers whose numbers per token depend on the whole input "
+                            f"({'; '.join(scaled)}) run whole (exact), not chunked")
         _with_settings(patched, ffn_chunks=chunks, seq_threshold=seq_threshold)
         report.set(status="patched", family=found.family, layers_patched=len(found.ffn),
                    decided="per forward: chunked | host (1 chunk) | whole (reason); each new outcome is logged once",

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..adapters.bounded_json import JSONLimitError
 from ..checks import environment, schemas, server
+from ..checks.model_files import FOLDER_ALIASES
 from ..checks.problem import FAIL, PASS, WARN, Check
-from ..checks.rules_files import FOLDER_ALIASES
 from ..checks.validator import parse_graph_json
 from ..checks.workflow import preflight_checks
 from .common import H3KitInputError, Report, category
@@ -89,7 +89,7 @@ def environment_checks(graph: dict) -> list[Check]:
     checks = environment.local_checks()
     version = comfyui_version()
     if version is not None:
-        checks.append(server.comfyui_version_check(version, graph))
+        checks.append(server.comfyui_version_check(version, graph, kitchen=environment.kitchen_version()))
     return checks
 
 

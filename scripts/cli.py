@@ -1,4 +1,8 @@
-"""`python -m h3kit <command>`: one subcommand per module in this folder (see COMMANDS)."""
+"""H3Kit's command line: one subcommand per module in this folder (see COMMANDS).
+
+Every command follows one exit-code table (checks/facts.py EXIT_*; each module's EXIT_STATUSES says which codes
+it uses and when) and one stream rule (scripts/console.py: results on stdout, errors and warnings on stderr).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,10 @@ import logging
 import sys
 from importlib import import_module
 
-# command -> (module in scripts/, one-line help). Each module has add_arguments(parser) and run(args) -> int.
+from ..checks.invocation import cli_command
+
+# command -> (module in scripts/, one-line help). Each module has add_arguments(parser), run(args) -> int and
+# EXIT_STATUSES {code: what it means for this command}.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "the two-stage handoff on a synthetic draft: DraftToLTX, guards, mp4 mux, decoded and checked"),
     "nodes": ("nodes_list", "list every H3Kit node: id, category, description"),
@@ -18,24 +25,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("convert", "convert model files: bf16-to-fp16 IN OUT (metadata kept, atomic, verified)"),
     "workflows": ("workflows_ui", "workflows ui: generate the template browser's UI-format copies + thumbnails"),
 }
+EXIT_TABLE_HINT = "README, section 'Exit codes and output'"
 
 
-def build_parser(prog: str = "python -m h3kit") -> argparse.ArgumentParser:
+def exit_epilog(statuses: dict[int, str]) -> str:
+    """'exit status: 0 ...; 2 ...' for a command's --help, from its EXIT_STATUSES."""
+    return "exit status: " + "; ".join(f"{code} {text}" for code, text in sorted(statuses.items())) + \
+        f". Errors and warnings go to stderr, results to stdout ({EXIT_TABLE_HINT})."
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog,
+        prog=prog or cli_command(),
         description="H3Kit: MiniMax-H3 -> LTX-2.5 two-stage pipeline tools for ComfyUI.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, summary) in COMMANDS.items():
         module = import_module(f".{module_name}", __package__)
-        command = sub.add_parser(name, help=summary, description=(module.__doc__ or summary).strip())
+        command = sub.add_parser(name, help=summary, description=(module.__doc__ or summary).strip(),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command)
+        command.epilog = exit_epilog(module.EXIT_STATUSES)
         command.set_defaults(_run=module.run)
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m h3kit") -> int:
-    """`prog` is how the user started us (`python -m h3kit`, or `python custom_nodes/H3Kit` from a plain clone)."""
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """`prog`: how the user started us; by default derived (checks/invocation.py: `h3kit`, `python -m h3kit`, or
+    `python custom_nodes/H3Kit` from a plain clone)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser(prog).parse_args(argv)
     return int(args._run(args) or 0)

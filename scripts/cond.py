@@ -5,7 +5,8 @@
   cond list    list the caches in the conditioning_cache folder
   cond import  convert a legacy torch.save cache (.pt) safely: torch.load(weights_only=True) only
 
-The folder is --dir, else $H3KIT_COND_CACHE_DIR (inside ComfyUI: ComfyUI/models/conditioning_cache).
+The folder is --dir, else $H3KIT_COND_CACHE_DIR, else models/conditioning_cache of the ComfyUI this is run in
+(found the way doctor finds it: the ComfyUI this clone sits in, $COMFYUI_DIR, or the current folder).
 """
 
 from __future__ import annotations
@@ -14,22 +15,35 @@ import argparse
 import json
 import os
 import re
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 from ..adapters import comfy_jobs as jobs
 from ..adapters.comfy_client import ComfyClient, ComfyError, Deadline
-from ..checks.facts import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
+from ..checks.environment import find_comfyui
+from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
+from ..checks.filetypes import sniff_file
+from ..checks.invocation import command
 from ..checks.problem import printable
+from . import console
 
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
 SAVE_NODE = "H3KitSaveConditioning"
+CACHE_SUBFOLDER = ("models", "conditioning_cache")
+EXIT_STATUSES = {
+    EXIT_OK: "ok",
+    EXIT_FAILED: "build: the encode failed in ComfyUI; list: a file in the folder is not a usable cache",
+    EXIT_INVALID: "refused, nothing written: bad arguments, a file that is not a cache (info) or not a torch.save "
+                  "file (import), a name that exists with other content (add --overwrite), no cache folder found, "
+                  "or (build) a server without the encoder, type or H3KitSaveConditioning",
+    EXIT_TIMEOUT: "build: --timeout ran out",
+    EXIT_UNREACHABLE: "build: the server is unreachable",
+}
 
 
 class CommandError(Exception):
-    """A user-facing failure: printed as 'error: ...' with exit code 1."""
+    """A user-facing refusal: printed as 'error: ...' on stderr with exit code 2."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--overwrite", action="store_true", help="replace an existing cache with different content")
     build.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the encode (default %(default)s)")
     build.add_argument("--quiet", action="store_true", help="no progress bar (it is off anyway when not a TTY)")
-    build.epilog = "exit status: 0 ok; 1 the encode failed; 2 refused; 3 timeout; 4 server unreachable"
 
     info = sub.add_parser("info", help="print a cache's metadata and verify its data")
     info.add_argument("file", help="a cache file path, or a name in the cache folder")
@@ -75,20 +88,28 @@ def run(args: argparse.Namespace) -> int:
     try:
         return handlers[args.cond_command](args)
     except (CommandError, CacheError) as exc:
-        print(printable(f"error: {exc}"), file=sys.stderr)
-        return EXIT_FAILED
+        console.problem(f"error: {exc}")
+        return EXIT_INVALID
     except ComfyError as exc:  # cond build: the same exit codes as run (2 refused, 3 timeout, 4 unreachable)
-        print(printable(f"error: {exc}"), file=sys.stderr)
+        console.problem(f"error: {exc}")
         return exc.exit_code
 
 
-def cache_dir(explicit: Path | None) -> Path:
+def find_cache_dir(explicit: Path | None) -> tuple[Path, str]:
+    """(the cache folder, how it was found): --dir, $H3KIT_COND_CACHE_DIR, or the ComfyUI found here."""
     if explicit is not None:
-        return explicit
+        return explicit, "--dir"
     if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR])
-    raise CommandError(f"no cache folder: pass --dir DIR or set {ENV_VAR} "
-                       "(a ComfyUI install keeps them in ComfyUI/models/conditioning_cache)")
+        return Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+    comfyui = find_comfyui()
+    if comfyui is not None:
+        return comfyui.joinpath(*CACHE_SUBFOLDER), f"the ComfyUI folder {comfyui}"
+    raise CommandError(f"no cache folder: no ComfyUI folder found here (run this from the ComfyUI folder), or pass "
+                       f"--dir DIR, or set {ENV_VAR} (ComfyUI keeps the caches in ComfyUI/models/conditioning_cache)")
+
+
+def cache_dir(explicit: Path | None) -> Path:
+    return find_cache_dir(explicit)[0]
 
 
 # ------------------------------------------------------------------------------------------ info / list
@@ -99,26 +120,29 @@ def run_info(args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     if not path.is_file():
+        if path.exists():
+            raise CommandError(f"{path} is not a regular file (a folder or a device); pass a cache file or a cache name")
         path = _named_file(cache_dir(args.dir), args.file)
     info = provenance(read_cache(path))
     if args.json:
-        print(json.dumps(info, indent=2))
-        return 0
-    print(f"file:      {printable(info['file'])}")
-    print(f"format:    h3kit.conditioning v{info['format_version']}, written by H3Kit {printable(info['h3kit_version'], 40)} "
-          f"at {printable(info['created_utc'], 40)}")
-    print(f"encoder:   {printable(info['encoder'], 300) or '(not recorded)'}")
-    print(f"prompt:    {json.dumps(info['prompt_text'])}" if info["prompt_text"] else "prompt:    (not recorded)")
+        console.result(json.dumps(info, indent=2))
+        return EXIT_OK
+    out = console.result
+    out(f"file:      {info['file']}")
+    out(f"format:    h3kit.conditioning v{info['format_version']}, written by H3Kit {printable(info['h3kit_version'], 40)} "
+        f"at {printable(info['created_utc'], 40)}")
+    out(f"encoder:   {printable(info['encoder'], 300) or '(not recorded)'}")
+    out(f"prompt:    {json.dumps(info['prompt_text'])}" if info["prompt_text"] else "prompt:    (not recorded)")
     if info["prompt_sha256"]:
-        print(f"sha256:    {printable(info['prompt_sha256'], 80)}")
+        out(f"sha256:    {printable(info['prompt_sha256'], 80)}")
     for i, entry in enumerate(info["entries"]):
-        print(f"entry {i}:   tensor {entry['tensor']}")
+        out(f"entry {i}:   tensor {entry['tensor']}")
         for key, value in entry["options"].items():
-            print(f"  {printable(key, 100)}: {json.dumps(value)[:300]}")
-    print("data:      every tensor matches its checksum")
+            out(f"  {printable(key, 100)}: {json.dumps(value)[:300]}")
+    out("data:      every tensor matches its checksum")
     for warning in info["warnings"]:
-        print(f"warning:   {printable(warning, 300)}")
-    return 0
+        console.problem(f"warning:   {printable(warning, 300)}")
+    return EXIT_OK
 
 
 def _named_file(folder: Path, name: str) -> Path:
@@ -127,15 +151,15 @@ def _named_file(folder: Path, name: str) -> Path:
     path = find_cache_file([folder], name)
     if path is None:
         names = list_cache_names([folder])
-        raise CommandError(f"no file {name} and no cache named '{name}' in {folder}; available: "
-                           f"{', '.join(names) or '(none)'}")
+        available = ", ".join(names) or f"(none: make one with `{command('cond build')}`)"
+        raise CommandError(f"no file {name} and no cache named '{name}' in {folder}; available: {available}")
     return path
 
 
 def run_list(args: argparse.Namespace) -> int:
     from ..nodes.cond_cache_format import CacheError, check_cache_header, list_cache_names
 
-    folder = cache_dir(args.dir)
+    folder, found_by = find_cache_dir(args.dir)
     rows = []
     for name in list_cache_names([folder]):
         path = folder / name
@@ -149,21 +173,24 @@ def run_list(args: argparse.Namespace) -> int:
         except OSError as exc:
             row["problem"] = f"cannot be read ({exc.strerror or exc})"
         rows.append(row)
+    unusable = sum("problem" in row for row in rows)
+    code = EXIT_FAILED if unusable else EXIT_OK
     if args.json:
-        print(json.dumps({"folder": str(folder), "caches": rows}, indent=2))
-        return 0
-    print(f"{printable(folder)}: {len(rows)} cache(s)" if folder.is_dir() else f"{printable(folder)}: folder does not exist yet")
+        console.result(json.dumps({"folder": str(folder), "found_by": found_by, "caches": rows}, indent=2))
+        return code
+    console.result(f"{folder} (from {found_by}): {len(rows)} cache file(s)" if folder.is_dir()
+                   else f"{folder} (from {found_by}): folder does not exist yet")
     for row in rows:
         size = f"{row['bytes'] / 2**20:7.1f} MiB"
         name = printable(row["name"])
         if "problem" in row:
-            print(f"  {name}  {size}  NOT USABLE: {printable(row['problem'], limit=1000)}")
+            console.problem(f"  {name}  {size}  NOT USABLE: {printable(row['problem'], limit=1000)}")
             continue
         prompt = row["prompt_text"].replace("\n", " ")
         prompt = (prompt[:60] + "...") if len(prompt) > 60 else prompt
-        print(f"  {name}  {size}  {printable(row['created_utc'], 40)}  {printable(row['encoder'], 80) or '-'}  "
-              f"{json.dumps(prompt)}")
-    return 0
+        console.result(f"  {name}  {size}  {printable(row['created_utc'], 40)}  {printable(row['encoder'], 80) or '-'}  "
+                       f"{json.dumps(prompt)}")
+    return code
 
 
 # ---------------------------------------------------------------------------------------------- import
@@ -178,14 +205,15 @@ def run_import(args: argparse.Namespace) -> int:
     from ..nodes.conditioning_cache import pack_version
 
     folder = cache_dir(args.dir)
-    print(f"reading {args.source} with torch.load(weights_only=True): tensors and plain containers only; "
-          "no code from the file is run")
+    _check_torch_file(args.source)
+    console.result(f"reading {args.source} with torch.load(weights_only=True): tensors and plain containers only; "
+                   "no code from the file is run")
     try:
         value = torch.load(args.source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CommandError(
             f"refused: {args.source} needs full unpickling ({_unpickler_reason(exc)}), which can run arbitrary code; "
-            "H3Kit never does that. Fix: encode the prompt again with `python -m h3kit cond build`, or save it in "
+            f"H3Kit never does that. Fix: encode the prompt again with `{command('cond build')}`, or save it in "
             "ComfyUI with H3KitSaveConditioning"
         ) from exc
     except (RuntimeError, OSError, EOFError, ValueError) as exc:
@@ -194,8 +222,24 @@ def run_import(args: argparse.Namespace) -> int:
         folder, args.name, value, prompt_text=args.prompt_text, encoder=args.encoder,
         h3kit_version=pack_version(), overwrite=args.overwrite,
     )
-    print(describe_result(result))
-    return 0
+    console.result(describe_result(result))
+    return EXIT_OK
+
+
+def _check_torch_file(source: Path) -> None:
+    """cond import reads torch.save files only: anything else is named as what it is."""
+    if not source.is_file():
+        raise CommandError(f"{source} does not exist or is not a regular file")
+    kind = sniff_file(source)
+    if kind is None:
+        raise CommandError(f"{source} cannot be read")
+    if kind.key == "safetensors":
+        raise CommandError(f"{source} is already a safetensors file, not a legacy torch.save cache: an H3Kit cache needs "
+                           f"no import (`{command('cond info FILE')}` checks it); a Lightricks LTXVSaveConditioning file "
+                           "loads with LTXVLoadConditioning")
+    if kind.key not in ("torch_zip", "pickle"):
+        raise CommandError(f"{source} is {kind.text}, not a legacy torch.save cache (ComfyUI-CondCache .pt/.cond); "
+                           "pass the old cache file")
 
 
 def _unpickler_reason(exc: Exception) -> str:
@@ -225,7 +269,7 @@ def build_graph(text: str, clip: str, clip_type: str, device: str, name: str, ov
 def run_build(args: argparse.Namespace) -> int:
     """Encode through the server; exit 0 ok, 1 the encode failed, 2 refused (no such encoder/node, rejected
     graph), 3 timeout, 4 unreachable (the same codes as `run`)."""
-    text = args.text if args.text is not None else args.text_file.read_text(encoding="utf-8")
+    text = args.text if args.text is not None else _prompt_file(args.text_file)
     if not text.strip():
         raise jobs.Rejected("the prompt is empty; pass --text or --text-file")
     graph = build_graph(text, args.clip, args.type, args.device, args.name, args.overwrite)
@@ -234,9 +278,9 @@ def run_build(args: argparse.Namespace) -> int:
         _preflight(client, args.clip, args.type)
         client_id = uuid.uuid4().hex
         ws, _ = jobs.open_events(client, client_id)
-        bar = jobs.ProgressBar(graph, "cond build", 0, args.quiet, _say)
+        bar = jobs.ProgressBar(graph, "cond build", 0, args.quiet, _say, _warn)
         try:
-            prompt_id = jobs.submit(client, graph, client_id, lambda t: _say("", f"WARN  {t}"), strict=True)
+            prompt_id = jobs.submit(client, graph, client_id, lambda t: _warn("", f"WARN  {t}"), strict=True)
             bar.note(f"queued prompt {prompt_id} on {client.server}: CLIPLoader({args.clip}) -> CLIPTextEncode -> "
                      f"{SAVE_NODE}")
             outcome = jobs.wait_for_prompt(client, prompt_id, bar, deadline, ws)
@@ -246,12 +290,32 @@ def run_build(args: argparse.Namespace) -> int:
     return _build_result(outcome, prompt_id, args.timeout)
 
 
+def _prompt_file(path: Path) -> str:
+    """--text-file: UTF-8 text, read exactly; anything else is refused naming what it is."""
+    kind = sniff_file(path)
+    if kind is None:
+        raise CommandError(f"--text-file {path} cannot be read (missing, a folder, or no permission)")
+    if kind.key not in ("text", "json", "empty"):
+        raise CommandError(f"--text-file {path} is {kind.text}, not a UTF-8 text file with the prompt")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"--text-file {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                           f"{exc.start}); save it as UTF-8") from exc
+    except OSError as exc:
+        raise CommandError(f"--text-file {path} cannot be read ({exc.strerror or exc})") from exc
+
+
 def _say(label: str, text: str) -> None:
-    print(printable(f"{label}{text}"), flush=True)
+    console.result(f"{label}{text}")
+
+
+def _warn(label: str, text: str) -> None:
+    console.problem(f"{label}{text}")
 
 
 def _error(text: str) -> None:
-    print(printable(f"error: {text}"), file=sys.stderr, flush=True)
+    console.problem(f"error: {text}")
 
 
 def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:

@@ -13,6 +13,15 @@ import sys
 from pathlib import Path
 
 from ..adapters.bf16_convert import FP16_MAX, ConversionResult, ConvertError, bf16_to_fp16, read_source
+from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from . import console
+
+EXIT_STATUSES = {
+    EXIT_OK: "converted, the output re-read and verified",
+    EXIT_FAILED: "refused, nothing written: values beyond fp16's 65504 (add --clamp to clamp them)",
+    EXIT_INVALID: "refused, nothing written: bad arguments, an input that is not a safetensors file, an output "
+                  "that exists (add --overwrite), is the input or does not end in .safetensors",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,13 +82,13 @@ def run(args: argparse.Namespace) -> int:
             result = bf16_to_fp16(args.input, args.output, clamp=args.clamp, overwrite=args.overwrite,
                                   progress=bar.update)
     except ConvertError as exc:
-        print(f"convert: {exc}", file=sys.stderr)
-        return 2
+        console.problem(f"convert: {exc}")
+        return EXIT_INVALID
     if result.overflow:
         worst = ", ".join(f"{_printable(row.name)} (max |x| {row.max_abs:.6g})" for row in result.overflow)
-        print(f"convert: refused, nothing written: {len(result.overflow)} tensors exceed fp16's 65504: {worst}. "
-              "Re-run with --clamp to clamp them, or keep the bf16 file.", file=sys.stderr)
-        return 1
-    print(format_summary(result))
-    print(f"wrote {args.output} (header re-read: names, shapes, dtypes and __metadata__ verified)")
-    return 0
+        console.problem(f"convert: refused, nothing written: {len(result.overflow)} tensors exceed fp16's 65504: "
+                        f"{worst}. Re-run with --clamp to clamp them, or keep the bf16 file.")
+        return EXIT_FAILED
+    console.result(format_summary(result))
+    console.result(f"wrote {args.output} (header re-read: names, shapes, dtypes and __metadata__ verified)")
+    return EXIT_OK

@@ -16,7 +16,18 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from ..checks.filetypes import output_name_problem
+from . import console
+
+EXIT_STATUSES = {
+    EXIT_OK: "every check passed; the mp4 and the contact sheet are written",
+    EXIT_FAILED: "a check failed (the files are written so you can look at them)",
+    EXIT_INVALID: "refused, nothing written: --output exists (add --overwrite) or does not end in .mp4",
+}
+
 DRAFT_FRAMES, DRAFT_W, DRAFT_H, FPS = 124, 672, 384, 24.0
+DEFAULT_NAME = "h3kit_demo.mp4"
 TARGET_W, TARGET_H = 1344, 768
 SAMPLE_RATE = 44100
 
@@ -183,26 +194,48 @@ def run_demo(output: Path, overwrite: bool = False) -> DemoResult:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", type=Path, help="where to write the mp4 (default: a new temporary folder); the "
-                                                    "contact sheet goes next to it as <name>_sheet.png")
+    parser.add_argument("--output", type=Path, help="the mp4 to write (default: a new temporary folder), or an "
+                                                    "existing folder to write h3kit_demo.mp4 into; the contact sheet "
+                                                    "goes next to it as <name>_sheet.png")
     parser.add_argument("--overwrite", action="store_true", help="replace --output and its sheet if they exist")
 
 
+def output_path(given: Path | None) -> Path:
+    """The mp4 to write: the default in a new temporary folder, a name inside a given folder, or the given name,
+    which must end in .mp4 (the demo writes an MP4 video)."""
+    if given is None:
+        return Path(tempfile.mkdtemp(prefix="h3kit-demo-")) / DEFAULT_NAME
+    if given.is_dir():
+        return given / DEFAULT_NAME
+    wrong = output_name_problem(given, "mp4")
+    if wrong:
+        raise ValueError(wrong)
+    return given
+
+
 def run(args: argparse.Namespace) -> int:
-    output = args.output or Path(tempfile.mkdtemp(prefix="h3kit-demo-")) / "h3kit_demo.mp4"
+    try:
+        output = output_path(args.output)
+    except ValueError as exc:
+        console.problem(f"ERROR: --output {exc}")
+        return EXIT_INVALID
     for path in (output, sheet_path(output)):
         if path.exists() and not args.overwrite:
-            print(f"ERROR: {path} exists. Choose another --output, or add --overwrite to replace it.")
-            return 2
-    print("H3Kit demo: synthetic H3 draft -> H3KitDraftToLTX -> guards -> mp4 (h264 + aac) -> decoded back; "
-          "contact sheet")
+            console.problem(f"ERROR: {path} exists. Choose another --output, or add --overwrite to replace it.")
+            return EXIT_INVALID
+    console.result("H3Kit demo: synthetic H3 draft -> H3KitDraftToLTX -> guards -> mp4 (h264 + aac) -> decoded "
+                   "back; contact sheet")
     result = run_demo(output, overwrite=args.overwrite)
-    print("\n".join(result.lines))
-    print("checks:")
+    console.result("\n".join(result.lines))
+    console.result("checks:")
     for ok, text in result.checks:
-        print(f"  [{'ok' if ok else 'FAIL'}] {text}")
-    print(f"demo {'passed' if result.passed else 'FAILED'}: {sum(ok for ok, _ in result.checks)}/{len(result.checks)} "
-          "checks")
-    print(f"video:         {result.path}")
-    print(f"contact sheet: {result.sheet}  (open it: every draft frame kept/dropped, crop box, audio cut)")
-    return 0 if result.passed else 1
+        (console.result if ok else console.problem)(f"  [{'ok' if ok else 'FAIL'}] {text}")
+    summary = f"{sum(ok for ok, _ in result.checks)}/{len(result.checks)} checks"
+    if result.passed:
+        console.result(f"demo passed: {summary}")
+    console.result(f"video:         {result.path}")
+    console.result(f"contact sheet: {result.sheet}  (open it: every draft frame kept/dropped, crop box, audio cut)")
+    if not result.passed:
+        console.problem(f"demo FAILED: {summary}")
+        return EXIT_FAILED
+    return EXIT_OK

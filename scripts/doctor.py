@@ -1,15 +1,14 @@
 """Check this machine, a ComfyUI server and a workflow for the traps that make runs slow or silently wrong.
 
-Every check prints PASS, WARN or FAIL with the fix.
+Every check prints PASS, WARN or FAIL with the fix (PASS on stdout; WARN and FAIL on stderr).
 
   local            Python, torch and its CUDA build (F12), comfy-kitchen and its registry, GPU capability
                    and bf16, SageAttention vs the GPU (F28), Triton cache
   --server URL     ComfyUI version (F01), every node of --workflow registered (F35), model files present
   --workflow FILE  lints: refine sigma (F23), effect markers (F15), sampler/LoRA family (F27), sizes (F19),
-                   frame counts (F20), Spectrum warmup (F16), safetensors headers (F13, with --models-dir)
-
-exit status (the worst applies): 0 no FAIL; 1 a FAIL of this machine or the server; 2 the workflow has
-errors or cannot be read; 3 the server timed out; 4 the server is unreachable.
+                   frame counts (F20), Spectrum warmup (F16); with a models folder, every model file the
+                   workflow names (present, with its size and source when missing) and its safetensors header
+                   (F13, F14). The models folder is --models-dir, else models/ of the ComfyUI this is run in.
 """
 
 from __future__ import annotations
@@ -21,26 +20,35 @@ from pathlib import Path
 
 from ..adapters.comfy_client import BadServerURL, ComfyClient
 from ..checks.environment import local_checks
-from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, worst_exit
+from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
+from ..checks.graph import well_formed
 from ..checks.problem import FAIL, PASS, WARN, Check, printable
 from ..checks.rules_files import folder_locator, model_input_keys
 from ..checks.server import server_checks
-from ..checks.workflow import default_models_dir, load_graph, workflow_checks
+from ..checks.validator import looks_like_ui_format
+from ..checks.workflow import default_models_dir, load_graph, missing_file_checks, workflow_checks
+from . import console
 from . import schemas as schema_src
+
+EXIT_STATUSES = {
+    EXIT_OK: "no FAIL (WARN lines may be printed)",
+    EXIT_FAILED: "a FAIL of this machine or the server (packages, GPU, versions, a missing node or model file)",
+    EXIT_INVALID: "the workflow has errors or is not a readable JSON workflow, a --models-dir that is not a "
+                  "folder, or bad arguments",
+    EXIT_TIMEOUT: "--server did not answer in time",
+    EXIT_UNREACHABLE: "--server is unreachable",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--server", help="a running ComfyUI, e.g. http://127.0.0.1:8188")
     parser.add_argument("--workflow", type=Path, help="an API-format workflow JSON to lint (offline or with --server)")
     parser.add_argument("--models-dir", type=Path,
-                        help="ComfyUI's models/ folder, to read the safetensors headers of the files the workflow "
-                             "names (default: $COMFYUI_DIR/models when it exists)")
-    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+                        help="ComfyUI's models/ folder: every model file the workflow names must be there "
+                             "(default: models/ of the ComfyUI this clone sits in, $COMFYUI_DIR or the current folder)")
+    parser.add_argument("--json", action="store_true", help="print the checks as one JSON document on stdout")
     parser.add_argument("--no-local", action="store_true", help="skip the checks of this machine's packages and GPU")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default %(default)s)")
-    parser.epilog = ("exit status (the worst applies): 0 no FAIL; 1 a FAIL of this machine or the server; "
-                     "2 workflow errors; 3 server timeout; 4 server unreachable")
 
 
 def optional_node_checks() -> list[Check]:
@@ -49,6 +57,19 @@ def optional_node_checks() -> list[Check]:
     from ..nodes import OPTIONAL_NOTES
 
     return [Check(PASS, "optional node", note.removeprefix("H3Kit: optional node ")) for note in OPTIONAL_NOTES]
+
+
+def model_checks(graph: dict, schemas: dict, models_dir: Path | None, explicit: bool) -> tuple[list[Check], int]:
+    """Offline: every model file the workflow names must be in the models folder (FAIL, exit 1; WARN where the
+    graph runs without it). Without a folder nothing can be checked: a WARN that says how to give one."""
+    if models_dir is None:
+        return [Check(WARN, "model files", "not checked: no models folder given and no ComfyUI folder found here",
+                      "pass --models-dir ComfyUI/models, or run doctor from the ComfyUI folder")], EXIT_OK
+    found = missing_file_checks(graph, schemas, folder_locator(models_dir), where=str(models_dir))
+    how = "--models-dir" if explicit else "the ComfyUI found here"
+    if not found:
+        found = [Check(PASS, "model files", f"every model file the workflow names is in {models_dir} ({how})")]
+    return found, EXIT_FAILED if any(c.status == FAIL for c in found) else EXIT_OK
 
 
 def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
@@ -84,6 +105,10 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
                                 pack_of=schema_src.providing_pack, known_ids=schema_src.own_node_ids())
         checks += found
         codes.append(EXIT_INVALID if any(c.status == FAIL for c in found) else EXIT_OK)
+        if object_info is None and isinstance(graph, dict) and not looks_like_ui_format(graph):
+            files, code = model_checks(well_formed(graph), schemas, models_dir, args.models_dir is not None)
+            checks += files
+            codes.append(code)
     return checks, worst_exit(codes)
 
 
@@ -93,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
     warned = sum(c.status == WARN for c in checks)
     if args.json:
         rows = [{k: printable(v) if isinstance(v, str) else v for k, v in asdict(c).items()} for c in checks]
-        print(json.dumps({"checks": rows, "fail": failed, "warn": warned, "exit": code}, indent=2))
+        console.result(json.dumps({"checks": rows, "fail": failed, "warn": warned, "exit": code}, indent=2))
     else:
         for check in checks:
-            print(check.line())
-        print(f"\n{failed} FAIL, {warned} WARN, {len(checks) - failed - warned} PASS")
+            console.check(check)
+        console.result(f"\n{failed} FAIL, {warned} WARN, {len(checks) - failed - warned} PASS")
     return code

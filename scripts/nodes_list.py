@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..checks.facts import EXIT_FAILED, EXIT_OK
+from . import console
+
+EXIT_STATUSES = {EXIT_OK: "every node module imported", EXIT_FAILED: "a node module failed to import (named on stderr)"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -18,14 +23,15 @@ def run(args: argparse.Namespace) -> int:
         for node_id, cls in sorted(NODE_CLASS_MAPPINGS.items())
     ]
     if args.json:
-        print(json.dumps({"nodes": rows, "disabled": DISABLED_NODES, "import_failures": IMPORT_FAILURES}, indent=2))
+        console.result(json.dumps({"nodes": rows, "disabled": DISABLED_NODES, "import_failures": IMPORT_FAILURES},
+                                  indent=2))
     else:
         width = max((len(r["id"]) for r in rows), default=10)
         cat_width = max((len(r["category"]) for r in rows), default=10)
         for r in rows:
-            print(f"{r['id']:<{width}}  {r['category']:<{cat_width}}  {r['description']}")
+            console.result(f"{r['id']:<{width}}  {r['category']:<{cat_width}}  {r['description']}")
         for pkg, ids in DISABLED_NODES.items():
-            print(f"(disabled, needs '{pkg}': {', '.join(ids)})")
-        for module, error in IMPORT_FAILURES.items():
-            print(f"(module nodes/{module}.py failed to import: {error})")
-    return 1 if IMPORT_FAILURES else 0
+            console.result(f"(optional, off here: needs '{pkg}': {', '.join(ids)})")
+    for module, error in IMPORT_FAILURES.items():
+        console.problem(f"ERROR: module nodes/{module}.py failed to import: {error}")
+    return EXIT_FAILED if IMPORT_FAILURES else EXIT_OK

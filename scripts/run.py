@@ -1,19 +1,12 @@
 """Run an API-format workflow on ComfyUI over HTTP: validate, submit, follow, download, verify, time.
 
-  python -m h3kit run WORKFLOW --server URL [--set NODE.INPUT=VALUE]... [--seed N|random]
-                      [--upload NODE=PATH] [--out DIR] [--cold] [--timeout S] [--runs N] [--quiet]
-
 Validates the graph against the server's /object_info before submitting, follows execution over the
 websocket (falls back to /history polling), never gives up while the server still holds the job (F26),
 downloads every output through /view and checks each video: frames decode, not black, not one solid
 colour; the audio stream is there and not silent (F21); frame count and size are what the graph asks
 for (F19, F20). Prints execution time = execution_success - execution_start from /history, the number
 of cached nodes, and warns when the run was a cache hit (F17). Several --server: round-robin fan-out of
-the same workflow with different seeds, one progress bar per job.
-
-exit status (several jobs: the worst): 0 ok; 1 execution error, lost or crashed job, or an output failed
-verification; 2 rejected by validation (H3Kit's or the server's); 3 timeout (the job may still be
-running: the message says so); 4 server unreachable
+the same workflow with different seeds, one progress bar per job; the worst job's exit status wins.
 """
 
 from __future__ import annotations
@@ -44,25 +37,42 @@ from ..checks.graph_edit import (
     apply_seed,
     apply_sets,
     job_seeds,
+    no_seed_advice,
     parse_upload,
+    seed_inputs,
     upload_input_name,
 )
+from ..checks.host_layout import adapt_graph
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
+from ..checks.server import server_version_check
 from ..checks.validator import load_graph_file, validate_with_rules
+from . import console
 from . import schemas as schema_src
 
 VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov", ".avi"}
 DOWNLOAD_TIMEOUT = "download timeout"
 # Core nodes that write a file on every successful run: one that lists none is a lost output.
 FILE_SAVERS = {"SaveVideo", "SaveImage", "SaveAudio", "SaveAnimatedWEBP", "SaveAnimatedPNG", "SaveWEBM"}
-PRINT_LOCK = threading.Lock()
+EXIT_STATUSES = {
+    EXIT_OK: "ok: the job finished and its outputs passed verification",
+    EXIT_FAILED: "execution error, lost or crashed job, or an output failed verification",
+    EXIT_INVALID: "refused, nothing submitted: bad arguments, an unreadable workflow, or a graph the server's "
+                  "validation (or H3Kit's) rejects",
+    EXIT_TIMEOUT: "--timeout ran out (the job may still be running: the message says so)",
+    EXIT_UNREACHABLE: "server unreachable",
+}
 
 
 def say(label: str, text: str) -> None:
-    with PRINT_LOCK:
-        print(printable(f"{label}{text}"), flush=True)
+    """A result line (stdout)."""
+    console.result(f"{label}{text}")
+
+
+def warn(label: str, text: str) -> None:
+    """An error or warning line (stderr)."""
+    console.problem(f"{label}{text}")
 
 
 # --- one job ------------------------------------------------------------------------------------
@@ -77,6 +87,8 @@ class Job:
 
 
 def cache_checks(graph: dict, timing: jobs.Timing) -> list[Check]:
+    """The time and cached-node count; a WARN when everything came from the cache (F17), with the advice that
+    works for this graph: a new seed where it has one, else another input value."""
     total = sum(1 for n in graph.values() if isinstance(n, dict))
     shown = f"{timing.seconds:.3f} s" if timing.seconds is not None else "unknown (no start/success timestamps)"
     checks = [Check(PASS, "timing", f"execution time {shown} (execution_success - execution_start, from /history); "
@@ -84,7 +96,8 @@ def cache_checks(graph: dict, timing: jobs.Timing) -> list[Check]:
     if total and len(set(timing.cached)) >= total:
         checks.append(Check(WARN, "cache hit", f"all {total} nodes came from ComfyUI's cache: nothing was rendered and "
                             "the time above is not a render time (F17)",
-                            "change the seed (--seed random) or an input; compare runs only when cached counts match"))
+                            ("change the seed (--seed random) or an input" if seed_inputs(graph)
+                             else no_seed_advice(graph)) + "; compare runs only when cached counts match"))
     return checks
 
 
@@ -101,10 +114,10 @@ def run_job(job: Job, args: argparse.Namespace) -> int:
         client_id = uuid.uuid4().hex
         ws, note = jobs.open_events(client, client_id)
         if note:
-            say(job.label, note)
-        progress = jobs.ProgressBar(job.graph, job.label, job.position, args.quiet, say)
+            warn(job.label, f"WARN  {note}")
+        progress = jobs.ProgressBar(job.graph, job.label, job.position, args.quiet, say, warn)
         try:
-            prompt_id = jobs.submit(client, job.graph, client_id, lambda text: say(job.label, f"WARN  {text}"))
+            prompt_id = jobs.submit(client, job.graph, client_id, lambda text: warn(job.label, f"WARN  {text}"))
             progress.note(f"queued prompt {prompt_id} on {job.server}")
             outcome = jobs.wait_for_prompt(client, prompt_id, progress, deadline, ws)
             progress.finished(outcome.state == "success")
@@ -119,25 +132,25 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
                    args: argparse.Namespace) -> int:
     label = job.label
     if outcome.state == "timeout":
-        say(label, f"TIMEOUT after {args.timeout} s: {outcome.note}")
+        warn(label, f"TIMEOUT after {args.timeout} s: {outcome.note}")
         return EXIT_TIMEOUT
     if outcome.state == "unreachable":
-        say(label, f"UNREACHABLE: {outcome.note}; prompt {prompt_id} may still finish: see /history/{prompt_id}")
+        warn(label, f"UNREACHABLE: {outcome.note}; prompt {prompt_id} may still finish: see /history/{prompt_id}")
         return EXIT_UNREACHABLE
     if outcome.state in ("lost", "refused"):
-        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")
+        warn(label, f"FAIL  prompt {prompt_id}: {outcome.note}")
         return EXIT_FAILED
     timing = jobs.timing_of(outcome.entry, outcome.events)
     if outcome.state != "success":
         err = timing.error or {}
-        say(label, f"FAIL  execution {outcome.state}: node {err.get('node_id')} ({err.get('node_type')}): "
-            f"{err.get('exception_type', '')}: {str(err.get('exception_message', '')).strip()}")
+        warn(label, f"FAIL  execution {outcome.state}: node {err.get('node_id')} ({err.get('node_type')}): "
+             f"{err.get('exception_type', '')}: {str(err.get('exception_message', '')).strip()}")
         return EXIT_FAILED
     outputs = outcome.entry.get("outputs") if isinstance(outcome.entry, dict) else None
     checks = (cache_checks(job.graph, timing) + report_checks(outputs if isinstance(outputs, dict) else {})
               + fetch_and_verify(client, job, outcome.entry, prompt_id, args))
     for check in checks:
-        say(label, check.line())
+        console.check(check, label)
     if any(c.name == DOWNLOAD_TIMEOUT for c in checks):
         return EXIT_TIMEOUT  # --timeout covers the downloads too: the same exit as a job that ran out of time
     return EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK
@@ -199,9 +212,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-download", type=int, default=MAX_DOWNLOAD_BYTES, metavar="BYTES",
                         help="refuse an output file larger than this (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when not a TTY)")
-    parser.epilog = ("exit status (several jobs: the worst): 0 ok; 1 execution error / lost or crashed job / output "
-                     "failed verification; 2 rejected by validation; 3 timeout (the job may still be running); "
-                     "4 server unreachable")
 
 
 def read_workflow(path: Path) -> dict:
@@ -214,8 +224,9 @@ def read_workflow(path: Path) -> dict:
 
 
 def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: float | None) -> dict[str, dict]:
-    """One copy of the graph per server, with that server's names for the uploaded files, validated against
-    that server's /object_info (read again after uploading, so its file lists include the new files)."""
+    """One copy of the graph per server, with that server's names for the uploaded files, adapted to that server's
+    input layout (checks.host_layout: each change printed) and validated against its /object_info (read again
+    after uploading, so its file lists include the new files)."""
     graphs = {}
     for server in servers:
         copy = json.loads(json.dumps(graph))
@@ -224,9 +235,14 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
             if uploads:
                 apply_uploads(client, copy, uploads, info)
                 info = client.object_info()
+            console.check(server_version_check(client, copy, info), f"{server}: ")
+        adaptation = adapt_graph(copy, info)  # this host's input layout (SaveVideo's three), shown change by change
+        for change in adaptation.changes:
+            say("", f"{server}: ADAPTED {change.text()}")
+        copy = adaptation.graph
         problems = validate_with_rules(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
         for p in problems:
-            say("", f"{server}: {p}")
+            warn("", f"{server}: {p}")
         if has_errors(problems):
             raise jobs.Rejected(f"the workflow does not validate against {server}; nothing was submitted")
         graphs[server] = copy
@@ -260,12 +276,15 @@ def run(args: argparse.Namespace) -> int:
         graph = read_workflow(args.workflow)
         apply_sets(graph, args.set)
         seeds = job_seeds(graph, args.seed, runs, random.Random())
+        if runs > 1 and not seed_inputs(graph):
+            warn("", f"WARN  {runs} jobs of the same graph: every job after the first will come from ComfyUI's "
+                 f"cache; {no_seed_advice(graph)}")
         graphs = server_graphs(graph, servers, args.upload, args.timeout)
     except (GraphEditError, BadServerURL, jobs.Rejected) as exc:
-        say("", f"REJECTED: {exc}")
+        warn("", f"REJECTED: {exc}")
         return EXIT_INVALID
     except ComfyError as exc:
-        say("", f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {exc}")
+        warn("", f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {exc}")
         return exc.exit_code
     order = [normalise_server(s) for s in args.server]
     plan = [Job(order[i % len(order)], json.loads(json.dumps(graphs[order[i % len(order)]])), seeds[i],
@@ -278,13 +297,13 @@ def run_one_guarded(job: Job, args: argparse.Namespace) -> int:
     try:
         return run_job(job, args)
     except jobs.Rejected as exc:
-        say(job.label, f"REJECTED: {exc}")
+        warn(job.label, f"REJECTED: {exc}")
         return EXIT_INVALID
     except ComfyError as exc:
-        say(job.label, f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {exc}")
+        warn(job.label, f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {exc}")
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug or an answer we did not foresee: the job failed, loudly
-        say(job.label, f"FAIL  the job crashed: {type(exc).__name__}: {printable(exc, 300)}\n"
+        warn(job.label, f"FAIL  the job crashed: {type(exc).__name__}: {printable(exc, 300)}\n"
             + printable("".join(traceback.format_exception(exc)), 4000))
         return EXIT_FAILED
 
@@ -311,6 +330,6 @@ def run_jobs(plan: list[Job], args: argparse.Namespace) -> int:
         thread.join()
     missing = [job.label or "the job" for job in plan if job.position not in codes]
     for label in missing:
-        say(label, "FAIL  the job ended without a result")
+        warn(label, "FAIL  the job ended without a result")
     return worst_exit([*codes.values(), *([EXIT_FAILED] * len(missing))])
 

@@ -2,49 +2,85 @@
 
 Checks what ComfyUI's /prompt validation checks (node types, required inputs, links and their types,
 widget ranges and options, an output node, no cycles), then the pipeline rules (checks/rules.py). Each
-problem names the node id, class_type, input, value and the fix.
-
-exit status: 0 valid; 2 a workflow has errors (or cannot be read); with --server also 3 timeout and
-4 server unreachable.
+problem names the node id, class_type, input, value and the fix. A file that is not a JSON workflow (an
+image, a model file) is named as what it is.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from ..adapters.comfy_client import ComfyClient, ComfyError
-from ..checks.facts import EXIT_INVALID, EXIT_OK
-from ..checks.problem import ERROR, printable
-from ..checks.validator import validate_file
+from ..checks.facts import EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
+from ..checks.problem import ERROR, Check
+from ..checks.server import server_version_check
+from ..checks.validator import load_graph_file, looks_like_ui_format, validate_with_rules
+from . import console
 from . import schemas as schema_src
+
+EXIT_STATUSES = {
+    EXIT_OK: "every workflow is valid (warnings may be printed)",
+    EXIT_INVALID: "a workflow has errors, is not a readable JSON workflow, or a folder holds none; bad arguments",
+    EXIT_TIMEOUT: "--server did not answer in time",
+    EXIT_UNREACHABLE: "--server is unreachable",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("files", nargs="+", type=Path, help="API-format workflow JSON files")
+    parser.add_argument("files", nargs="+", type=Path,
+                        help="API-format workflow JSON files, or folders (every *.json directly in them)")
     parser.add_argument("--server", help="validate against this live ComfyUI's /object_info (e.g. http://127.0.0.1:8188)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default %(default)s)")
-    parser.epilog = "exit status: 0 valid; 2 errors found; 3 server timeout; 4 server unreachable"
+
+
+def workflow_paths(arguments: list[Path]) -> tuple[list[Path], bool]:
+    """The files to validate: each file as given, each folder's *.json files (sorted, not recursive).
+    (paths, True when a folder held none: said on its own line, and the run fails)."""
+    paths, empty = [], False
+    for argument in arguments:
+        if not argument.is_dir():
+            paths.append(argument)
+            continue
+        found = sorted(p for p in argument.glob("*.json") if p.is_file())
+        if not found:
+            console.problem(f"FAIL {argument}: a folder with no .json file in it; pass workflow files or a folder "
+                            "that holds them (e.g. workflows/api)")
+            empty = True
+        paths += found
+    return paths, empty
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.server:
-        try:
-            with ComfyClient(args.server, read_timeout=args.timeout) as client:
-                schemas = client.object_info()
-        except ComfyError as exc:
-            print(f"ERROR: {printable(exc)}")
-            return exc.exit_code
+    paths, failed = workflow_paths(args.files)
+    if not args.server:
+        return worst_exit([EXIT_INVALID if failed else EXIT_OK,
+                           *(report(path, schema_src.offline_schemas(), None) for path in paths)])
+    try:
+        with ComfyClient(args.server, read_timeout=args.timeout) as client:
+            schemas = client.object_info()
+            return worst_exit([EXIT_INVALID if failed else EXIT_OK,
+                               *(report(path, schemas, lambda graph: server_version_check(client, graph, schemas))
+                                 for path in paths)])
+    except ComfyError as exc:
+        console.problem(f"ERROR: {exc}")
+        return exc.exit_code
+
+
+def report(path: Path, schemas: dict, host_check: Callable[[dict | None], Check] | None) -> int:
+    """Print one file's verdict (and, against a server, the F01 line of checks.server's one rule)."""
+    graph, unreadable = load_graph_file(path)
+    problems = [unreadable] if unreadable else validate_with_rules(graph, schemas, schema_src.providing_pack,
+                                                                   schema_src.own_node_ids())
+    errors = [p for p in problems if p.severity == ERROR]
+    summary = f"{path}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
+    if errors:
+        console.problem(f"FAIL {summary}")
     else:
-        schemas = schema_src.offline_schemas()
-    failed = False
-    for path in args.files:
-        problems = validate_file(path, schemas, schema_src.providing_pack, schema_src.own_node_ids())
-        errors = [p for p in problems if p.severity == ERROR]
-        failed = failed or bool(errors)
-        print(printable(f"{'FAIL' if errors else 'OK'} {path}: {len(errors)} error(s), "
-                        f"{len(problems) - len(errors)} warning(s)"))
-        for p in problems:
-            print(f"  {p}")
-    return EXIT_INVALID if failed else EXIT_OK
+        console.result(f"OK {summary}")
+    for p in problems:
+        console.problem(f"  {p}")
+    if host_check is not None and isinstance(graph, dict) and not looks_like_ui_format(graph):
+        console.check(host_check(graph), "  ")
+    return EXIT_INVALID if errors else EXIT_OK

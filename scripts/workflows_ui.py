@@ -24,8 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.files import write_bytes
+from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from ..checks.graph import input_kind, is_link
+from ..checks.invocation import command
+from . import console
 from . import schemas as schema_src
+
+EXIT_STATUSES = {
+    EXIT_OK: "the UI copies are up to date (written, or --check found nothing stale)",
+    EXIT_FAILED: "--check: a copy is stale, missing or left over",
+    EXIT_INVALID: "an API graph cannot be converted (named with the reason), or bad arguments",
+}
 
 GENERATOR = "h3kit workflows ui 1"
 WIDGET_KINDS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "COMFY_DYNAMICCOMBO_V3"}
@@ -163,7 +172,7 @@ def dependency_depth(graph: dict) -> dict[str, int]:
         if node_id in depth:
             return depth[node_id]
         if node_id in seen:
-            raise WorkflowUIError(f"links form a cycle through node {node_id}; run `python -m h3kit validate`")
+            raise WorkflowUIError(f"links form a cycle through node {node_id}; run `{command('validate')}`")
         sources = [str(v[0]) for v in graph[node_id].get("inputs", {}).values() if is_link(v)]
         depth[node_id] = 1 + max((visit(s, (*seen, node_id)) for s in sources if s in graph), default=-1)
         return depth[node_id]
@@ -349,7 +358,7 @@ def _wire(name: str, graph: dict, ids: dict[str, int], ui_nodes: dict[str, dict]
         source, target = ui_nodes.get(src), ui_nodes[dst]
         if source is None or slot >= len(source["outputs"]):
             raise WorkflowUIError(f"{name}: node {dst} input '{input_name}' links to {src}:{slot}, which does not "
-                                  "exist; run `python -m h3kit validate` on it")
+                                  f"exist; run `{command('validate')}` on it")
         target_slot = next(i for i, s in enumerate(target["inputs"]) if s["name"] == input_name)
         link_type = source["outputs"][slot]["type"]
         link_id = len(links) + 1
@@ -474,23 +483,24 @@ def run(args: argparse.Namespace) -> int:
         if args.check:
             problems = stale_files(args.api_dir, args.out_dir, schemas)
             for problem in problems:
-                print(f"STALE {problem}")
+                console.problem(f"STALE {problem}")
             if problems:
-                print("Fix: run `python -m h3kit workflows ui` and commit workflows/*.json and workflows/*.jpg")
-                return 1
-            print(f"OK {len(api_graph_files(args.api_dir))} workflow(s) up to date")
-            return 0
+                console.problem(f"Fix: run `{command('workflows ui')}` and commit workflows/*.json and "
+                                "workflows/*.jpg")
+                return EXIT_FAILED
+            console.result(f"OK {len(api_graph_files(args.api_dir))} workflow(s) up to date")
+            return EXIT_OK
         expected = expected_files(args.api_dir, args.out_dir, schemas)
     except WorkflowUIError as exc:
-        print(f"ERROR: {exc}")
-        return 2
+        console.problem(f"ERROR: {exc}")
+        return EXIT_INVALID
     for path, content in expected.items():
         if is_current(path, content):
             continue
         write_atomic(path, content)
-        print(f"wrote {path}")
+        console.result(f"wrote {path}")
     for path in sorted(list(args.out_dir.glob("*.json")) + list(args.out_dir.glob("*.jpg"))):
         if path not in expected:
-            print(f"NOTE {path.name} has no source in {args.api_dir}; it is left untouched (delete it if obsolete)")
-    print(f"{len(expected) // 2} workflow(s) in {args.out_dir}")
-    return 0
+            console.problem(f"WARN  {path.name} has no source in {args.api_dir}; it is left untouched")
+    console.result(f"{len(expected) // 2} workflow(s) in {args.out_dir}")
+    return EXIT_OK

@@ -1,19 +1,27 @@
-"""Host-semantics stand-ins for tests/test_lowvram*.py, written after the real classes (host-api.md §1, §8, §9).
+"""Stand-ins for tests/test_lowvram*.py, written after ComfyUI's real classes and checked against them.
 
-They follow what the host computes, with the host's own kernel library (comfy-kitchen, eager CPU backend):
-- `CastLinear`: a comfy.ops Linear: plain `F.linear` on `.weight` unless `comfy_cast_weights` or weight/bias
-  functions are set; then the weight is cast to the input's dtype/device and each `weight_function` (LoRA,
-  the lowvram patch of a partially loaded model) is applied at cast time.
-- `QuantLinear`: a mixed-precision Linear with a comfy-kitchen `QuantizedTensor` weight: the input is quantized
-  (optionally with a stored `input_scale`) and multiplied by the layout's own matmul; with weight functions the
-  weight is dequantized and patched instead.
-- H3 `Attention` (fused qkv, `rms_rope_split_half_` in place on the qkv views, q_norm's eps for both, q/k/v in
-  `AttentionTensorContainer`s), `MLP` (SwiGLU), `DiTBlock` (adaLN per segment, in-place modulation and gated
-  residuals, `attention=` override), `H3Net` (block replacements from `patches_replace["dit"]`).
-- LTX `CrossAttention` in three host styles (`ltx_host("v0364" | "v0121" | "new")`): RoPE formats (cos, sin),
-  (cos, sin, split) and (table, split); module-level `apply_rotary_emb` (+ `apply_rotary_emb_qk` in the newest);
-  `k_pe` and masked attention as each host has them.
-- `optimized_attention` honours `transformer_options["optimized_attention_override"]` like the host's wrap_attn.
+tests/test_lowvram_standins_comfyui.py runs each stand-in here next to the real class in each host's own Python
+(tests/lowvram_standin_probe.py) and requires the same forward signature, the same output (bitwise) and the same
+allocation peak. The stand-ins follow:
+- `comfy.ops` layers (`CastLinear`: plain `F.linear` on `.weight` unless `comfy_cast_weights` or weight/bias
+  functions are set; then the weight is cast to the input's dtype/device and each `weight_function` (LoRA, the
+  lowvram patch of a partially loaded model) is applied at cast time) and `comfy.ops.linear_input_act` (0.33.0:
+  the activation in place, or folded into comfy-kitchen's int8 matmul).
+- `comfy.quant_ops` of ComfyUI 0.33.0 (`host_quant_ops`: its layout names registered in comfy-kitchen's registry,
+  fp8 subclasses whose `quantize(scale=None)` uses scale 1.0, `QUANT_ALGOS` with weight-only int8 / ConvRot /
+  W4A8) and a `MixedPrecisionOps.Linear` (`QuantLinear`: the input quantized by the layout unless the format is
+  weight-only, a stored `input_scale`, the weight dequantized when weight functions are set).
+- ComfyUI 0.33.0's MiniMax-H3 (`comfy/ldm/minimax/model.py`): `H3Attention` (fused qkv, `rms_rope_split_half_` in
+  place on the qkv views with q_norm's eps, `v` copied contiguous, q/k/v in `AttentionTensorContainer`s), `H3MLP`
+  (SwiGLU through `linear_input_act`), `AdalnProj`, `DiTBlock.forward(x, t_emb, mod_segments, rope_freqs,
+  transformer_options)` (adaLN per segment, in-place modulation and gated residuals; no `attention=`), `H3Net`
+  (block replacements from `patches_replace["dit"]` with the host's `original_block`).
+- LTX `CrossAttention` / `FeedForward` in three host styles (`ltx_host("v0364" | "v0121" | "new")` = ComfyUI 0.3.64,
+  the 0.12.1 installable, 0.33.0): RoPE formats (cos, sin), (cos, sin, split), (table, split); `k_pe` from 0.12.1,
+  per-head gates and STG in 0.33.0; plain q/k/v tensors on every host; `optimized_attention_masked` (the same
+  function as `optimized_attention` in every host) for masks on the two older hosts.
+- `optimized_attention` = the host's `attention_pytorch` (torch SDPA) behind `wrap_attn` (containers taken out,
+  `transformer_options["optimized_attention_override"]` honoured).
 """
 
 from __future__ import annotations
@@ -22,53 +30,65 @@ import contextlib
 import sys
 import types
 
-import comfy_kitchen as ck
 import torch
 import torch.nn.functional as F
-from comfy_kitchen.tensor import QuantizedTensor
 from torch import nn
+
+try:
+    import comfy_kitchen as ck
+    from comfy_kitchen.tensor import QuantizedTensor
+except ImportError:  # the 0.3.64 host has no comfy-kitchen; its LTX stand-in needs none
+    ck, QuantizedTensor = None, ()
 
 # ---------------------------------------------------------------------------- attention function
 
 
 class AttentionTensorContainer:
-    """The newest host's q/k/v wrapper: the attention function takes the tensor out."""
+    """The 0.33.0 host's q/k/v wrapper: the attention function takes the tensor out (once)."""
+
+    __slots__ = ("tensor",)
 
     def __init__(self, tensor):
         self.tensor = tensor
 
     def take(self):
-        return self.tensor
+        if self.tensor is None:
+            raise RuntimeError("attention tensor container has already been consumed")
+        tensor, self.tensor = self.tensor, None
+        return tensor
 
 
-def _take(t):
-    return t.take() if isinstance(t, AttentionTensorContainer) else t
-
-
-def _plain_attention(q, k, v, heads, mask=None, skip_reshape=False, **_kw):
-    """The host's pytorch attention: torch SDPA on [B, H, S, D] (reshaped from [B, S, H*D] unless skip_reshape)."""
-    q, k, v = _take(q), _take(k), _take(v)
-    if not skip_reshape:
+def _plain_attention(q, k, v, heads, mask=None, attn_precision=None, skip_reshape=False, skip_output_reshape=False,
+                     **_kw):
+    """The host's attention_pytorch: torch SDPA on [B, H, S, D] (reshaped from [B, S, H*D] unless skip_reshape)."""
+    if skip_reshape:
+        b, _, _, dim_head = q.shape
+    else:
         b, _, width = q.shape
-        q, k, v = (t.reshape(b, -1, heads, width // heads).transpose(1, 2) for t in (q, k, v))
+        dim_head = width // heads
+        q, k, v = (t.view(b, -1, heads, dim_head).transpose(1, 2) for t in (q, k, v))
     if mask is not None:
-        while mask.ndim < 4:
-            mask = mask.unsqueeze(0) if mask.ndim < 3 else mask.unsqueeze(1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1)
+        if mask.ndim == 2:
+            mask = mask.unsqueeze(0)
+        if mask.ndim == 3:
+            mask = mask.unsqueeze(1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False)
+    if not skip_output_reshape:
+        out = out.transpose(1, 2).reshape(b, -1, heads * dim_head)
+    return out
 
 
-def optimized_attention(q, k, v, heads, mask=None, skip_reshape=False, transformer_options=None, **kw):
+def optimized_attention(q, k, v, heads, *args, **kw):
+    """`wrap_attn(attention_pytorch)`: containers are taken out; an override runs instead, once."""
+    if isinstance(q, AttentionTensorContainer):
+        q, k, v = q.take(), k.take(), v.take()
     kw.pop("preferred_attention", None)
-    override = (transformer_options or {}).get("optimized_attention_override")
-    if override is not None and not kw.pop("_inside_attn_wrapper", False):
-        return override(_plain_attention, _take(q), _take(k), _take(v), heads, mask=mask, skip_reshape=skip_reshape,
-                        transformer_options=transformer_options, _inside_attn_wrapper=True, **kw)
-    return _plain_attention(q, k, v, heads, mask=mask, skip_reshape=skip_reshape)
-
-
-def optimized_attention_masked(q, k, v, heads, mask, **kw):
-    return optimized_attention(q, k, v, heads, mask=mask, **kw)
+    options = kw.get("transformer_options") or {}
+    override = options.get("optimized_attention_override")
+    if override is not None and not kw.get("_inside_attn_wrapper", False):
+        return override(_plain_attention, q, k, v, heads, *args, _inside_attn_wrapper=True, **kw)
+    kw.pop("_inside_attn_wrapper", None)
+    return _plain_attention(q, k, v, heads, *args, **kw)
 
 
 # ---------------------------------------------------------------------------- comfy.ops-style layers
@@ -84,15 +104,51 @@ class CastLinear(nn.Linear):
     def forward(self, x):
         if not (self.comfy_cast_weights or self.weight_function or self.bias_function):
             return F.linear(x, self.weight, self.bias)
-        weight = self.weight.to(device=x.device, dtype=x.dtype, copy=True)
-        for fn in self.weight_function:
-            weight = fn(weight)
+        # cast_bias_weight: a copy only when a function patches the weight or the dtype differs
+        weight = self.weight.to(device=x.device, copy=bool(self.weight_function))
+        if self.weight_function or weight.dtype != x.dtype:
+            weight = weight.to(dtype=x.dtype)
+            for fn in self.weight_function:
+                weight = fn(weight)
         bias = None
         if self.bias is not None:
-            bias = self.bias.to(device=x.device, dtype=x.dtype, copy=True)
+            bias = self.bias.to(device=x.device, copy=bool(self.bias_function)).to(dtype=x.dtype)
             for fn in self.bias_function:
                 bias = fn(bias)
         return F.linear(x, weight, bias)
+
+
+class CastRMSNorm(nn.RMSNorm):
+    """comfy.ops RMSNorm: F.rms_norm on `.weight` unless `comfy_cast_weights`; then the weight cast to the input's."""
+
+    comfy_cast_weights = False
+
+    def forward(self, x):
+        weight = self.weight
+        if self.comfy_cast_weights and weight is not None:
+            weight = weight.to(device=x.device, dtype=x.dtype)
+        return F.rms_norm(x, self.normalized_shape, weight, self.eps)
+
+
+def _swiglu(x):
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate).mul_(up)
+
+
+INPUT_ACT = {"gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "swiglu": _swiglu}
+
+
+def linear_input_act(linear, x, input_act):
+    """comfy.ops.linear_input_act (0.33.0): `linear(act(x))`, the activation folded into kitchen's int8 matmul for a
+    TensorWiseINT8Layout weight without weight functions."""
+    weight = linear.weight
+    if (not isinstance(weight, QuantizedTensor) or weight._layout_cls != "TensorWiseINT8Layout"
+            or getattr(weight._params, "transposed", False) or linear.weight_function or linear.bias_function):
+        return linear(INPUT_ACT[input_act](x))
+    qdata, scale = weight._qdata, weight._params.scale
+    bias = None if linear.bias is None else linear.bias.to(x.dtype)
+    return ck.int8_linear(x, qdata, scale, bias, x.dtype, convrot=getattr(weight._params, "convrot", False),
+                          convrot_groupsize=getattr(weight._params, "convrot_groupsize", 256), input_act=input_act)
 
 
 class LowRankPatch:
@@ -108,44 +164,173 @@ class LowRankPatch:
         return (weight.float() + self.scale * (self.up @ self.down)).to(weight.dtype)
 
 
+# ---------------------------------------------------------------------------- comfy.quant_ops (0.33.0)
+
+
+def _fp8_layout(fp8_dtype):
+    base = ck.tensor.TensorCoreFP8Layout
+
+    class ComfyFP8Layout(base):
+        FP8_DTYPE = fp8_dtype
+
+        @classmethod
+        def quantize(cls, tensor, scale=None, stochastic_rounding=0, inplace_ops=False, **_kw):
+            if isinstance(scale, str) and scale == "recalculate":
+                scale = torch.amax(tensor.abs()).to(torch.float32) / torch.finfo(cls.FP8_DTYPE).max
+            if scale is None:
+                scale = torch.ones((), device=tensor.device, dtype=torch.float32)  # the host's choice, not the amax
+            if not isinstance(scale, torch.Tensor):
+                scale = torch.tensor(scale, device=tensor.device, dtype=torch.float32)
+            qdata = ck.quantize_per_tensor_fp8(tensor, scale, cls.FP8_DTYPE)
+            return qdata, cls.Params(scale=scale.float(), orig_dtype=tensor.dtype, orig_shape=tuple(tensor.shape))
+
+    return ComfyFP8Layout
+
+
+def _nvfp4_layout():
+    base = ck.tensor.TensorCoreNVFP4Layout
+
+    class ComfyNVFP4Layout(base):
+        @classmethod
+        def quantize(cls, tensor, scale=None, stochastic_rounding=0, inplace_ops=False, **_kw):
+            if scale is None or (isinstance(scale, str) and scale == "recalculate"):
+                scale = torch.amax(tensor.abs()) / (ck.float_utils.F8_E4M3_MAX * ck.float_utils.F4_E2M1_MAX)
+            if not isinstance(scale, torch.Tensor):
+                scale = torch.tensor(scale)
+            scale = scale.to(device=tensor.device, dtype=torch.float32)
+            padded = cls.get_padded_shape(tuple(tensor.shape)) != tuple(tensor.shape)
+            qdata, block_scale = ck.quantize_nvfp4(tensor, scale, pad_16x=padded)
+            return qdata, cls.Params(scale=scale, orig_dtype=tensor.dtype, orig_shape=tuple(tensor.shape),
+                                     block_scale=block_scale)
+
+    return ComfyNVFP4Layout
+
+
+def _quant_algos():
+    e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
+    return {
+        "float8_e4m3fn": {"storage_t": e4m3, "comfy_tensor_layout": "TensorCoreFP8E4M3Layout"},
+        "float8_e5m2": {"storage_t": e5m2, "comfy_tensor_layout": "TensorCoreFP8E5M2Layout"},
+        "nvfp4": {"storage_t": torch.uint8, "comfy_tensor_layout": "TensorCoreNVFP4Layout"},
+        "mxfp8": {"storage_t": e4m3, "comfy_tensor_layout": "TensorCoreMXFP8Layout"},
+        "int8_tensorwise": {"storage_t": torch.int8, "comfy_tensor_layout": "TensorWiseINT8Layout",
+                            "quantize_input": False},
+        "convrot_w4a4": {"storage_t": torch.int8, "comfy_tensor_layout": "TensorCoreConvRotW4A4Layout",
+                         "quantize_input": False},
+        "asym_w4a8_int8": {"storage_t": torch.int8, "comfy_tensor_layout": "AsymW4A8Int8Layout",
+                           "quantize_input": False},
+    }
+
+
+def format_layout(fmt: str) -> str:
+    """The layout name 0.33.0 loads a QUANT_ALGOS format as."""
+    return _quant_algos()[fmt]["comfy_tensor_layout"]
+
+
+def host_quant_ops() -> tuple[types.ModuleType, dict[str, type]]:
+    """(a `comfy.quant_ops` stand-in, {name: class} it registers) following ComfyUI 0.33.0's module."""
+    module = types.ModuleType("comfy.quant_ops")
+    e4m3 = _fp8_layout(torch.float8_e4m3fn)
+    layouts = {
+        "TensorCoreFP8Layout": e4m3,  # the backward-compatible alias: E4M3
+        "TensorCoreFP8E4M3Layout": e4m3,
+        "TensorCoreFP8E5M2Layout": _fp8_layout(torch.float8_e5m2),
+        "TensorCoreNVFP4Layout": _nvfp4_layout(),
+    }
+    for name in ("TensorWiseINT8Layout", "TensorCoreConvRotW4A4Layout", "TensorCoreMXFP8Layout", "AsymW4A8Int8Layout"):
+        if hasattr(ck.tensor, name):  # kitchen's own classes, registered as they are (older kitchens lack some)
+            layouts[name] = getattr(ck.tensor, name)
+    module.ck = ck
+    module.QuantizedTensor = QuantizedTensor
+    module.get_layout_class = ck.tensor.get_layout_class
+    module.register_layout_class = ck.tensor.register_layout_class
+    module.QUANT_ALGOS = _quant_algos()
+    return module, layouts
+
+
+def install_host_quant_ops(monkeypatch) -> types.ModuleType:
+    """Register the 0.33.0 layout names in comfy-kitchen's registry and `comfy.quant_ops` in sys.modules, both
+    undone by `monkeypatch` (a loaded ComfyUI does this at import)."""
+    module, layouts = host_quant_ops()
+    registry = ck.tensor.base.LAYOUTS
+    for name, cls in layouts.items():
+        monkeypatch.setitem(registry, name, cls)
+    monkeypatch.setitem(sys.modules, "comfy.quant_ops", module)
+    return module
+
+
+LAYOUT_FORMATS = {"TensorCoreFP8Layout": "float8_e4m3fn", "TensorCoreFP8E4M3Layout": "float8_e4m3fn",
+                  "TensorCoreFP8E5M2Layout": "float8_e5m2", "TensorCoreNVFP4Layout": "nvfp4",
+                  "TensorCoreMXFP8Layout": "mxfp8", "TensorWiseINT8Layout": "int8_tensorwise",
+                  "TensorCoreConvRotW4A4Layout": "convrot_w4a4", "AsymW4A8Int8Layout": "asym_w4a8_int8"}
+
+
 class QuantLinear(nn.Module):
-    """A mixed-precision Linear holding a comfy-kitchen QuantizedTensor weight."""
+    """`MixedPrecisionOps.Linear` (0.33.0) holding a comfy-kitchen QuantizedTensor weight.
 
-    QUANTIZE_INPUT = {"TensorCoreFP8Layout": True, "TensorCoreNVFP4Layout": True, "TensorWiseINT8Layout": False}
+    `quant`: a QUANT_ALGOS format ("float8_e4m3fn", "int8_tensorwise", ...) or a layout name (its format is taken).
+    """
 
-    def __init__(self, linear: nn.Linear, layout: str, input_scale: torch.Tensor | None = None, **quant_kw):
+    def __init__(self, linear: nn.Linear, quant: str, input_scale: torch.Tensor | None = None, **quant_kw):
         super().__init__()
-        self.in_features, self.out_features, self.layout_type = linear.in_features, linear.out_features, layout
-        self.weight = nn.Parameter(QuantizedTensor.from_float(linear.weight.detach(), layout, **quant_kw),
+        algos = _quant_algos()
+        fmt = quant if quant in algos else LAYOUT_FORMATS[quant]
+        self.quant_format = fmt
+        self.layout_type = quant if quant in LAYOUT_FORMATS else algos[fmt]["comfy_tensor_layout"]
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = nn.Parameter(QuantizedTensor.from_float(linear.weight.detach(), self.layout_type, **quant_kw),
                                    requires_grad=False)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
         self.input_scale = input_scale
         self.weight_function, self.bias_function = [], []
 
+    def _quantizes_input(self) -> bool:
+        algos = getattr(sys.modules.get("comfy.quant_ops"), "QUANT_ALGOS", None) or _quant_algos()
+        return algos.get(self.quant_format, {}).get("quantize_input", True)
+
     def forward(self, x):
-        if self.weight_function or self.bias_function:
-            weight = self.weight.dequantize().to(x.dtype)
+        use_quantized = not isinstance(x, QuantizedTensor) and not self.weight_function and not self.bias_function
+        quantize_input = self._quantizes_input()
+        shape, reshaped, inp = x.shape, False, x
+        if use_quantized and quantize_input:
+            flat = x.reshape(-1, shape[-1]) if x.ndim >= 3 else x
+            if flat.ndim == 2:
+                reshaped = x.ndim >= 3
+                inp = QuantizedTensor.from_float(flat, self.layout_type, scale=self.input_scale)
+        if use_quantized and not quantize_input:  # weight-only: the layout's matmul takes the plain input
+            weight = self.weight.to(dtype=x.dtype)
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return F.linear(x, weight, bias)
+        dtype = inp._params.orig_dtype if isinstance(inp, QuantizedTensor) else inp.dtype
+        weight = self.weight
+        if self.weight_function or weight.dtype != dtype:
+            weight = weight.to(dtype=dtype)
+            if isinstance(weight, QuantizedTensor):
+                weight = weight.dequantize()
             for fn in self.weight_function:
                 weight = fn(weight)
-            return F.linear(x, weight, None if self.bias is None else self.bias.to(x.dtype))
-        shape = x.shape
-        flat = x.reshape(-1, shape[-1])
-        if self.QUANTIZE_INPUT[self.layout_type]:
-            flat = QuantizedTensor.from_float(flat, self.layout_type, scale=self.input_scale)
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        out = F.linear(flat, self.weight, bias)
-        return out.reshape(*shape[:-1], out.shape[-1])
+        bias = None if self.bias is None else self.bias.to(dtype)
+        out = F.linear(inp, weight, bias)
+        return out.reshape(*shape[:-1], self.out_features) if reshaped else out
 
 
-def quantize_layers(module: nn.Module, names: tuple[str, ...], layout: str, **kw) -> None:
+def manual_cast(module: nn.Module) -> nn.Module:
+    """Every stand-in layer of `module` casts its weights per call, like comfy.ops.manual_cast layers."""
+    for layer in module.modules():
+        if isinstance(layer, (CastLinear, CastRMSNorm)):
+            layer.comfy_cast_weights = True
+    return module
+
+
+def quantize_layers(module: nn.Module, names: tuple[str, ...], quant: str, **kw) -> None:
     """Replace the named Linear children (dotted) of `module` by QuantLinear copies."""
     for name in names:
         owner_name, _, attr = name.rpartition(".")
         owner = module.get_submodule(owner_name) if owner_name else module
-        setattr(owner, attr, QuantLinear(getattr(owner, attr), layout, **kw))
+        setattr(owner, attr, QuantLinear(getattr(owner, attr), quant, **kw))
 
 
-# ---------------------------------------------------------------------------- H3
+# ---------------------------------------------------------------------------- H3 (ComfyUI 0.33.0)
 
 
 class H3Attention(nn.Module):
@@ -154,14 +339,13 @@ class H3Attention(nn.Module):
         self.heads, self.head_dim = heads, head_dim
         inner = heads * head_dim
         self.qkv_proj = CastLinear(hidden, 3 * inner, bias=False)
-        self.q_norm = nn.RMSNorm(head_dim, eps=eps)
-        self.k_norm = nn.RMSNorm(head_dim, eps=eps * 2)  # the host uses q_norm's eps for both in the fused kernel
+        self.q_norm = CastRMSNorm(head_dim, eps=eps)
+        self.k_norm = CastRMSNorm(head_dim, eps=eps)
         self.out_proj = CastLinear(inner, hidden, bias=False)
-        self.comfy_attention = None
 
     def forward(self, x, rope_freqs=None, transformer_options={}):  # noqa: B006 - the host's signature
-        s, inner = x.shape[0], self.heads * self.head_dim
-        q, k, v = self.qkv_proj(x).split(inner, dim=-1)
+        s = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.heads * self.head_dim, dim=-1)
         v = v.view(s, self.heads, self.head_dim)
         if rope_freqs is not None:
             q, k = q.view(1, s, self.heads, self.head_dim), k.view(1, s, self.heads, self.head_dim)
@@ -171,9 +355,10 @@ class H3Attention(nn.Module):
         else:
             q = self.q_norm(q.view(s, self.heads, self.head_dim))
             k = self.k_norm(k.view(s, self.heads, self.head_dim))
+        v = v.clone()
         q, k, v = (AttentionTensorContainer(t.transpose(0, 1).unsqueeze(0)) for t in (q, k, v))
-        out = optimized_attention(q, k, v, self.heads, preferred_attention=self.comfy_attention, mask=None,
-                                  skip_reshape=True, transformer_options=transformer_options)
+        out = optimized_attention(q, k, v, self.heads, mask=None, skip_reshape=True,
+                                  transformer_options=transformer_options)
         return self.out_proj(out.squeeze(0))
 
 
@@ -184,40 +369,47 @@ class H3MLP(nn.Module):
         self.fc2 = CastLinear(ffn, hidden, bias=False)
 
     def forward(self, x):
-        gate, up = self.fc1(x).chunk(2, dim=-1)
-        return self.fc2(F.silu(gate) * up)
+        return linear_input_act(self.fc2, self.fc1(x), "swiglu")
+
+
+class AdalnProj(nn.Module):
+    def __init__(self, t_dim, hidden, expand, modalities, apply_silu=True):
+        super().__init__()
+        self.expand, self.modalities, self.hidden, self.apply_silu = expand, modalities, hidden, apply_silu
+        self.linear = CastLinear(t_dim, expand * hidden * modalities, bias=True)
+
+    def forward(self, t_emb):
+        x = self.linear(F.silu(t_emb) if self.apply_silu else t_emb)
+        return x.view(x.shape[0] * self.modalities, self.expand * self.hidden).chunk(self.expand, dim=-1)
+
+
+def _mod_scale_shift(h, shift, scale, segments):
+    for a, b, row in segments:
+        h[a:b].mul_(1.0 + scale[row].to(h.dtype)).add_(shift[row].to(h.dtype))
+    return h
+
+
+def _mod_gate(x, gate, other, segments):
+    for a, b, row in segments:
+        x[a:b].addcmul_(other[a:b], gate[row].to(x.dtype))
+    return x
 
 
 class DiTBlock(nn.Module):
-    def __init__(self, hidden, heads, head_dim, ffn, t_dim=8):
+    def __init__(self, hidden, heads, head_dim, ffn, t_dim=8, eps=1e-5, qk_eps=1e-5):
         super().__init__()
-        self.norm1, self.norm2 = nn.RMSNorm(hidden, eps=1e-6), nn.RMSNorm(hidden, eps=1e-6)
-        self.attn = H3Attention(hidden, heads, head_dim)
+        self.norm1, self.norm2 = CastRMSNorm(hidden, eps=eps), CastRMSNorm(hidden, eps=eps)
+        self.attn = H3Attention(hidden, heads, head_dim, qk_eps)
         self.mlp = H3MLP(hidden, ffn)
-        self.adaln_proj = nn.Linear(t_dim, 6 * hidden * 3)
-        self.hidden = hidden
+        self.adaln_proj = AdalnProj(t_dim, hidden, 6, 3)
 
-    def forward(self, x, t_emb, mod_segments, rope_freqs, transformer_options={}, attention=None):  # noqa: B006
-        attention = self.attn if attention is None else attention
-        mods = self.adaln_proj(F.silu(t_emb)).view(t_emb.shape[0] * 3, 6 * self.hidden).chunk(6, dim=-1)
-        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mods
-        h = self._modulate(self.norm1(x), shift_a, scale_a, mod_segments)
-        x = self._gate(x, gate_a, attention(h, rope_freqs=rope_freqs, transformer_options=transformer_options),
-                       mod_segments)
-        h = self._modulate(self.norm2(x), shift_m, scale_m, mod_segments)
-        return self._gate(x, gate_m, self.mlp(h), mod_segments)
-
-    @staticmethod
-    def _modulate(h, shift, scale, segments):
-        for a, b, row in segments:
-            h[a:b].mul_(1.0 + scale[row].to(h.dtype)).add_(shift[row].to(h.dtype))
-        return h
-
-    @staticmethod
-    def _gate(x, gate, other, segments):
-        for a, b, row in segments:
-            x[a:b].addcmul_(other[a:b], gate[row].to(x.dtype))
-        return x
+    def forward(self, x, t_emb, mod_segments, rope_freqs, transformer_options={}):  # noqa: B006 - the host's
+        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = self.adaln_proj(t_emb)
+        h = _mod_scale_shift(self.norm1(x), shift_a, scale_a, mod_segments)
+        x = _mod_gate(x, gate_a, self.attn(h, rope_freqs=rope_freqs, transformer_options=transformer_options),
+                      mod_segments)
+        h = _mod_scale_shift(self.norm2(x), shift_m, scale_m, mod_segments)
+        return _mod_gate(x, gate_m, self.mlp(h), mod_segments)
 
 
 class H3Net(nn.Module):
@@ -229,16 +421,15 @@ class H3Net(nn.Module):
         options = transformer_options or {}
         replace = options.get("patches_replace", {}).get("dit", {})
         for i, block in enumerate(self.blocks):
-            options = {**options, "block_index": i}
             if ("double_block", i) in replace:
-                def original(args, block=block):
+                def block_wrap(args, block=block):
                     return {"img": block(args["img"], args["t_emb"], args["mod_segments"], args["rope_freqs"],
-                                         args["transformer_options"], attention=args.get("attention"))}
+                                         transformer_options=args["transformer_options"])}
                 x = replace[("double_block", i)]({"img": x, "t_emb": t_emb, "mod_segments": mod_segments,
                                                   "rope_freqs": rope_freqs, "transformer_options": options},
-                                                 {"original_block": original})["img"]
+                                                 {"original_block": block_wrap})["img"]
             else:
-                x = block(x, t_emb, mod_segments, rope_freqs, options)
+                x = block(x, t_emb, mod_segments, rope_freqs, transformer_options=options)
         return x
 
 
@@ -266,11 +457,15 @@ def _interleaved_cos_sin(t, cos, sin):
 
 
 def _split_cos_sin(t, cos, sin):
+    """0.12.1's split RoPE: both halves scaled by cos, then the cross terms added in place (addcmul_)."""
     b, h, n, _ = cos.shape  # [B, H, T, D/2]
-    x = t.reshape(b, n, h, -1).transpose(1, 2)
-    first, second = x.chunk(2, dim=-1)
-    out = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
-    return out.transpose(1, 2).reshape(t.shape)
+    halves = t.reshape(b, n, h, -1).swapaxes(1, 2)
+    halves = halves.reshape(*halves.shape[:-1], 2, -1)  # [..., 2, D/2]
+    first, second = halves[..., :1, :], halves[..., 1:, :]
+    out = halves * cos.unsqueeze(-2)
+    out[..., :1, :].addcmul_(-sin.unsqueeze(-2), second)
+    out[..., 1:, :].addcmul_(sin.unsqueeze(-2), first)
+    return out.reshape(*out.shape[:-2], -1).swapaxes(1, 2).reshape(b, n, -1)
 
 
 def _rope_v0364(t, pe):
@@ -284,17 +479,22 @@ def _rope_v0121(t, pe):
 
 def _rope_new(t, pe):
     table, split = pe
-    shaped = t.reshape(t.shape[0], t.shape[1], table.shape[2], -1)
-    out = ck.apply_rope_split_half1(shaped, table) if split else ck.apply_rope1(shaped, table)
-    return out.reshape(t.shape)
+    shape = t.shape
+    t = t.reshape(t.shape[0], t.shape[1], table.shape[2], -1)
+    t = ck.apply_rope_split_half1(t, table) if split else ck.apply_rope1(t, table)
+    return t.reshape(shape)
 
 
 def _rope_new_qk(q, k, pe):
     table, split = pe
-    qs = q.reshape(q.shape[0], q.shape[1], table.shape[2], -1)
-    ks = k.reshape(k.shape[0], k.shape[1], table.shape[2], -1)
-    qs, ks = ck.apply_rope_split_half(qs, ks, table) if split else ck.apply_rope(qs, ks, table)
-    return qs.reshape(q.shape), ks.reshape(k.shape)
+    q_shape, k_shape = q.shape, k.shape
+    q = q.reshape(q.shape[0], q.shape[1], table.shape[2], -1)
+    k = k.reshape(k.shape[0], k.shape[1], table.shape[2], -1)
+    q, k = ck.apply_rope_split_half(q, k, table) if split else ck.apply_rope(q, k, table)
+    return q.reshape(q_shape), k.reshape(k_shape)
+
+
+LTX_STYLES = ("v0364", "v0121", "new")
 
 
 def ltx_host(style: str) -> types.ModuleType:
@@ -304,30 +504,44 @@ def ltx_host(style: str) -> types.ModuleType:
         return sys.modules[name]
     module = types.ModuleType(name)
     module.optimized_attention = optimized_attention
-    module.optimized_attention_masked = optimized_attention_masked
+    module.optimized_attention_masked = optimized_attention  # one function in every host
     module.apply_rotary_emb = {"v0364": _rope_v0364, "v0121": _rope_v0121, "new": _rope_new}[style]
     if style == "new":
         module.apply_rotary_emb_qk = _rope_new_qk
-        module.AttentionTensorContainer = AttentionTensorContainer
-    takes_k_pe = style != "v0364"
 
     class CrossAttention(nn.Module):
-        def __init__(self, query_dim, context_dim=None, heads=4, dim_head=8, gated=False):
+        def __init__(self, query_dim, context_dim=None, heads=8, dim_head=64, gated=False):
             super().__init__()
+            if gated and style != "new":
+                raise ValueError(f"the {style} host's CrossAttention has no per-head gates")
             inner, context_dim = heads * dim_head, context_dim or query_dim
             self.heads, self.dim_head, self.attn_precision = heads, dim_head, None
-            self.q_norm, self.k_norm = nn.RMSNorm(inner, eps=1e-5), nn.RMSNorm(inner, eps=1e-5)
+            self.q_norm, self.k_norm = CastRMSNorm(inner, eps=1e-5), CastRMSNorm(inner, eps=1e-5)
             self.to_q, self.to_k = CastLinear(query_dim, inner), CastLinear(context_dim, inner)
             self.to_v = CastLinear(context_dim, inner)
-            self.to_gate_logits = CastLinear(query_dim, heads) if gated else None
+            if style == "new":
+                self.to_gate_logits = CastLinear(query_dim, heads) if gated else None
             self.to_out = nn.Sequential(CastLinear(inner, query_dim), nn.Dropout(0.0))
+
+        def _attend(self, q, k, v, mask, options):
+            if style == "new":
+                if mask is None:
+                    return module.optimized_attention(q, k, v, self.heads, attn_precision=self.attn_precision,
+                                                      transformer_options=options)
+                return module.optimized_attention(q, k, v, self.heads, mask=mask, attn_precision=self.attn_precision,
+                                                  transformer_options=options)
+            if mask is None:
+                return module.optimized_attention(q, k, v, self.heads, attn_precision=self.attn_precision,
+                                                  transformer_options=options)
+            return module.optimized_attention_masked(q, k, v, self.heads, mask, attn_precision=self.attn_precision,
+                                                     transformer_options=options)
 
         def _forward(self, x, context=None, mask=None, pe=None, k_pe=None, transformer_options={}):  # noqa: B006
             self_attn = context is None
             q = self.to_q(x)
             context = x if context is None else context
             k, v = self.to_k(context), self.to_v(context)
-            if self_attn and transformer_options.get("stg_skip_self_attn", False):
+            if style == "new" and self_attn and transformer_options.get("stg_skip_self_attn", False):
                 out = v
             else:
                 q, k = self.q_norm(q), self.k_norm(k)
@@ -337,21 +551,15 @@ def ltx_host(style: str) -> types.ModuleType:
                     else:
                         q = module.apply_rotary_emb(q, pe)
                         k = module.apply_rotary_emb(k, pe if k_pe is None else k_pe)
-                if mask is not None and not takes_k_pe:
-                    out = module.optimized_attention_masked(q, k, v, self.heads, mask,
-                                                            transformer_options=transformer_options)
-                else:
-                    if style == "new":
-                        q, k, v = AttentionTensorContainer(q), AttentionTensorContainer(k), AttentionTensorContainer(v)
-                    out = module.optimized_attention(q, k, v, self.heads, mask=mask, attn_precision=self.attn_precision,
-                                                     transformer_options=transformer_options)
-            if self.to_gate_logits is not None:
+                out = self._attend(q, k, v, mask, transformer_options)
+            if getattr(self, "to_gate_logits", None) is not None:
+                gate_logits = self.to_gate_logits(x)
                 b, t, _ = out.shape
-                gates = 2.0 * torch.sigmoid(self.to_gate_logits(x))
-                out = (out.view(b, t, self.heads, self.dim_head) * gates.unsqueeze(-1)).view(b, t, -1)
+                out = out.view(b, t, self.heads, self.dim_head)
+                out = (out * (2.0 * torch.sigmoid(gate_logits)).unsqueeze(-1)).view(b, t, self.heads * self.dim_head)
             return self.to_out(out)
 
-    if takes_k_pe:
+    if style != "v0364":
         def forward(self, x, context=None, mask=None, pe=None, k_pe=None, transformer_options={}):  # noqa: B006
             return self._forward(x, context, mask, pe, k_pe, transformer_options)
     else:
@@ -361,37 +569,41 @@ def ltx_host(style: str) -> types.ModuleType:
     CrossAttention.__module__ = name
     CrossAttention.__qualname__ = "CrossAttention"
     module.CrossAttention = CrossAttention
+
+    class GELUApprox(nn.Module):
+        def __init__(self, dim_in, dim_out):
+            super().__init__()
+            self.proj = CastLinear(dim_in, dim_out)
+
+        def forward(self, x):
+            return F.gelu(self.proj(x), approximate="tanh")
+
+    class FeedForward(nn.Module):
+        def __init__(self, dim, dim_out=None, mult=4):
+            super().__init__()
+            inner = int(dim * mult)
+            self.net = nn.Sequential(GELUApprox(dim, inner), nn.Dropout(0.0), CastLinear(inner, dim_out or dim))
+
+        def forward(self, x):
+            if style == "new":
+                return linear_input_act(self.net[2], self.net[0].proj(x), "gelu_tanh")
+            return self.net(x)
+
+    FeedForward.__module__ = name
+    module.FeedForward = FeedForward
     sys.modules[name] = module
     return module
-
-
-class GELUApprox(nn.Module):
-    def __init__(self, dim_in, dim_out):
-        super().__init__()
-        self.proj = CastLinear(dim_in, dim_out)
-
-    def forward(self, x):
-        return F.gelu(self.proj(x), approximate="tanh")
-
-
-class LTXFeedForward(nn.Module):
-    def __init__(self, dim, mult=4):
-        super().__init__()
-        self.net = nn.Sequential(GELUApprox(dim, dim * mult), nn.Dropout(0.0), CastLinear(dim * mult, dim))
-
-    def forward(self, x):
-        return self.net(x)
 
 
 class LTXBlock(nn.Module):
     def __init__(self, style, v_dim=64, a_dim=32, heads=4, dim_head=16, a_heads=2, a_dim_head=8, ctx_dim=32,
                  gated=False):
         super().__init__()
-        attention = ltx_host(style).CrossAttention
-        self.attn1 = attention(v_dim, None, heads, dim_head, gated)
-        self.attn2 = attention(v_dim, ctx_dim, heads, dim_head, gated)
-        self.audio_to_video_attn = attention(v_dim, a_dim, a_heads, a_dim_head, gated)
-        self.ff = LTXFeedForward(v_dim)
+        host = ltx_host(style)
+        self.attn1 = host.CrossAttention(v_dim, None, heads, dim_head, gated)
+        self.attn2 = host.CrossAttention(v_dim, ctx_dim, heads, dim_head, gated)
+        self.audio_to_video_attn = host.CrossAttention(v_dim, a_dim, a_heads, a_dim_head, gated)
+        self.ff = host.FeedForward(v_dim)
 
     def forward(self, vx, ax, context, pe, mask, cross_pe, transformer_options):
         to = transformer_options

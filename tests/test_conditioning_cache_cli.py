@@ -56,7 +56,7 @@ class _SideEffect:
 def test_import_refuses_a_pickle_that_needs_full_unpickling_and_runs_nothing(cache_dir, tmp_path, capsys):
     marker = tmp_path / "pwned"
     torch.save([[torch.zeros(1, 2, 3), {"x": _SideEffect(marker)}]], tmp_path / "evil.pt")
-    assert run_cond("import", str(tmp_path / "evil.pt"), "evil") == 1
+    assert run_cond("import", str(tmp_path / "evil.pt"), "evil") == 2  # refused
     captured = capsys.readouterr()
     assert "weights_only=True" in captured.out
     assert "refused" in captured.err and "full unpickling" in captured.err and "makedirs" in captured.err
@@ -66,7 +66,7 @@ def test_import_refuses_a_pickle_that_needs_full_unpickling_and_runs_nothing(cac
 
 def test_import_of_something_that_is_not_conditioning_says_so(cache_dir, tmp_path, capsys):
     torch.save({"state": torch.zeros(2)}, tmp_path / "model.pt")
-    assert run_cond("import", str(tmp_path / "model.pt"), "m") == 1
+    assert run_cond("import", str(tmp_path / "model.pt"), "m") == 2
     assert "CONDITIONING" in capsys.readouterr().err
 
 
@@ -74,7 +74,7 @@ def test_import_never_replaces_an_existing_cache_unless_asked(cache_dir, tmp_pat
     torch.save(ltx_like(), tmp_path / "a.pt")
     torch.save(h3_like(), tmp_path / "b.pt")
     assert run_cond("import", str(tmp_path / "a.pt"), "x") == 0
-    assert run_cond("import", str(tmp_path / "b.pt"), "x") == 1
+    assert run_cond("import", str(tmp_path / "b.pt"), "x") == 2
     assert "overwrite" in capsys.readouterr().err
     assert_identical(ltx_like(), fmt.read_cache(cache_dir / "x.safetensors").conditioning)
     assert run_cond("import", str(tmp_path / "b.pt"), "x", "--overwrite") == 0
@@ -99,25 +99,28 @@ def test_info_on_a_corrupt_file_fails_with_the_reason(cache_dir, capsys):
     fmt.save_conditioning(cache_dir, "ltx", ltx_like())
     path = cache_dir / "ltx.safetensors"
     path.write_bytes(path.read_bytes()[:-10])
-    assert run_cond("info", "ltx") == 1
-    assert "truncated" in capsys.readouterr().err
+    assert run_cond("info", "ltx") == 2
+    err = capsys.readouterr().err
+    assert "truncated" in err and "delete" not in err  # never advise deleting a file the user passed
 
 
 def test_list_shows_caches_and_flags_unusable_files(cache_dir, capsys):
     fmt.save_conditioning(cache_dir, "good", ltx_like(), prompt_text="4K, refined")
     (cache_dir / "bad.safetensors").write_bytes(b"\x00" * 3)
-    assert run_cond("list", "--json") == 0
+    assert run_cond("list", "--json") == 1  # a file in the folder is not a usable cache
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["caches"]}
     assert rows["good.safetensors"]["prompt_text"] == "4K, refined"
     assert "too short" in rows["bad.safetensors"]["problem"]
-    assert run_cond("list") == 0
-    out = capsys.readouterr().out
-    assert "NOT USABLE" in out and "good.safetensors" in out
-
-
-def test_without_a_folder_the_error_says_how_to_give_one(monkeypatch, capsys):
-    monkeypatch.delenv("H3KIT_COND_CACHE_DIR", raising=False)
     assert run_cond("list") == 1
+    out, err = capsys.readouterr()
+    assert "NOT USABLE" in err and "bad.safetensors" in err and "good.safetensors" in out
+
+
+def test_without_a_folder_the_error_says_how_to_give_one(monkeypatch, capsys, tmp_path):
+    monkeypatch.delenv("H3KIT_COND_CACHE_DIR", raising=False)
+    monkeypatch.delenv("COMFYUI_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # not inside a ComfyUI folder
+    assert run_cond("list") == 2
     assert "H3KIT_COND_CACHE_DIR" in capsys.readouterr().err
 
 

@@ -12,7 +12,7 @@ import pytest
 from comfyui_host import execution_error
 from h3kit.checks import environment, rules, rules_files, rules_lints, server
 from h3kit.checks.problem import FAIL, PASS, WARN
-from h3kit.scripts import doctor
+from h3kit.scripts import doctor, schemas
 from h3kit.scripts.schemas import offline_schemas
 
 SCHEMAS = offline_schemas()
@@ -371,15 +371,61 @@ def test_triton_cache_location_from_env(tmp_path):
 
 # --- server-side checks (pure parts) -----------------------------------------------------------
 
-def test_f01_old_comfyui_fails_for_the_two_stage_refine():
-    check = server.comfyui_version_check("0.3.64", refine_graph())
-    assert check.status == FAIL and "F01" in check.detail and "0.34.0" in check.fix
+H3_HOST = {"MiniMaxH3ImageToVideo", "EmptyMiniMaxH3LatentAV", "SamplerCustomAdvanced", "H3KitLatentGuard"}
 
 
-def test_f01_old_comfyui_only_warns_without_a_workflow_or_refine():
-    assert server.comfyui_version_check("0.3.64", None).status == WARN
-    assert server.comfyui_version_check("0.3.64", h3_graph()).status == WARN
-    assert server.comfyui_version_check("0.34.0", refine_graph()).status == PASS
+def guarded(graph: dict) -> dict:
+    """The refine output checked by H3KitLatentGuard against the latent the refine starts from (node 11)."""
+    return {**graph, "20": {"class_type": "H3KitLatentGuard", "inputs": {
+        "latent": ["6", 0], "mode": "error", "min_correlation": 0.5, "reference": ["11", 0]}}}
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.31.0", "0.34.0", "0.40.2", None])
+def test_f01_a_native_h3_host_is_never_failed_for_its_version(version):
+    """Issue 23 item 4: the evidence is two data points, not a version threshold."""
+    for graph in (None, h3_graph(), refine_graph(), guarded(refine_graph())):
+        assert server.comfyui_version_check(version, graph, H3_HOST).status != FAIL
+
+
+def test_f01_states_the_two_data_points_and_where_the_host_stands():
+    check = server.comfyui_version_check("0.33.0", guarded(refine_graph()), H3_HOST, kitchen="0.2.31")
+    assert check.status == PASS
+    assert check.detail == (
+        "ComfyUI 0.33.0 with comfy-kitchen 0.2.31 serves native MiniMax-H3; the field report's two data points for "
+        "the two-stage refine (F01): correct on ComfyUI 0.34.0 + comfy-kitchen 0.2.31, black or noise frames with "
+        "status 'success' on 0.30.0 + 0.2.26; this stack is covered by neither; H3KitLatentGuard checks the refine "
+        "output of node(s) 6 and stops a garbage refine")
+
+
+def test_f01_an_unguarded_refine_on_an_untested_stack_warns_with_the_guard_as_fix():
+    check = server.comfyui_version_check("0.33.0", refine_graph(), H3_HOST)
+    assert check.status == WARN and check.node_id == "6"
+    assert "nothing in this workflow checks the output of refine node(s) 6" in check.detail
+    assert check.fix.startswith("put H3KitLatentGuard after the refine sampler with 'reference'")
+    # a guard without 'reference' cannot correlate: it does not count
+    no_reference = guarded(refine_graph())
+    del no_reference["20"]["inputs"]["reference"]
+    assert server.comfyui_version_check("0.33.0", no_reference, H3_HOST).status == WARN
+
+
+def test_f01_the_correct_stack_passes_and_the_garbage_stack_warns_even_when_guarded():
+    assert server.comfyui_version_check("0.34.0", refine_graph(), H3_HOST, "0.2.31").status == PASS
+    garbage = server.comfyui_version_check("0.30.0", guarded(refine_graph()), H3_HOST, "0.2.26")
+    assert garbage.status == WARN and "this is the stack that produced garbage" in garbage.detail
+    assert "expect this run to stop there" in garbage.detail and "0.34.0" in garbage.fix
+    # the kitchen decides: 0.30.0 with an unknown kitchen is "covered by neither"
+    assert "covered by neither" in server.comfyui_version_check("0.30.0", None, H3_HOST).detail
+
+
+def test_f01_no_refine_no_f01():
+    check = server.comfyui_version_check("0.31.0", h3_graph(), H3_HOST)
+    assert check.status == PASS and check.detail.endswith("this workflow has no refine stage, so F01 does not apply")
+
+
+def test_f01_shipped_two_stage_graphs_are_guarded():
+    for path in sorted(Path(schemas.API_WORKFLOWS_DIR).glob("*.json")):
+        refines, guarded_ids = server.refine_guard_state(json.loads(path.read_text()))
+        assert refines == guarded_ids, path.name
 
 
 def test_f35_missing_nodes_name_the_providing_pack():

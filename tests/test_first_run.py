@@ -28,7 +28,7 @@ CLONE_NAME = "ComfyUI-H3Kit-main"  # the folder name GitHub's zip download gives
 def comfyui_dir(tmp_path_factory) -> Path:
     comfyui = tmp_path_factory.mktemp("first_run") / "ComfyUI"
     shutil.copytree(REPO, comfyui / "custom_nodes" / CLONE_NAME, ignore=shutil.ignore_patterns(
-        ".git", "__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", "test-artifacts", ".venv", "build"))
+        ".git", ".pylink", "__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", "test-artifacts", ".venv", "build"))
     return comfyui
 
 
@@ -77,7 +77,7 @@ def _section(markdown: str, heading: str) -> str:
 
 def test_ci_runs_the_readme_install_commands_verbatim():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = _section(readme, "## Install for development").split("```bash\n", 1)[1].split("```", 1)[0]
+    block = _section(readme, "## Run the tests").split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
     ci_lines = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert commands[0] == "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"  # a CPU wheel

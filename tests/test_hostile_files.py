@@ -114,7 +114,8 @@ def _bf16_source(folder: Path, values: list[float] | None = None) -> Path:
 def test_long_output_names_are_clear_errors_or_work(tmp_path, capsys, name_bytes):
     """Reported: names over ~240 bytes gave a traceback (the temporary name overflowed 255)."""
     source = _bf16_source(tmp_path)
-    name = "é" * (name_bytes // 2) + "x" * (name_bytes % 2)  # 2-byte characters: bytes, not characters, count
+    stem = name_bytes - len(".safetensors")  # the output must be named as what it is (.safetensors)
+    name = "é" * (stem // 2) + "x" * (stem % 2) + ".safetensors"  # 2-byte characters: bytes, not characters, count
     code = run_convert(str(source), str(tmp_path / name))
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -189,10 +190,10 @@ def _all_surfaces(name: str, path: Path, capsys, expected: str) -> None:
     parser = argparse.ArgumentParser()
     cond.add_arguments(parser)
     capsys.readouterr()
-    assert cond.run(parser.parse_args(["info", str(path)])) == 1
+    assert cond.run(parser.parse_args(["info", str(path)])) == 2  # refused: not a usable cache
     assert expected in capsys.readouterr().err
-    assert cond.run(parser.parse_args(["list"])) == 0
-    assert f"{name}" in capsys.readouterr().out
+    assert cond.run(parser.parse_args(["list"])) == 1  # the listing flags it (NOT USABLE, on stderr)
+    assert f"{name}" in capsys.readouterr().err
 
 
 def test_sparse_200_gib_file_is_refused_without_allocating(cache_dir, capsys):
@@ -269,8 +270,8 @@ def test_one_bad_file_never_breaks_cond_list(cache_dir, capsys):
     (cache_dir / "ctrl\x1b[31m.safetensors").write_bytes(b"x")
     parser = argparse.ArgumentParser()
     cond.add_arguments(parser)
-    assert cond.run(parser.parse_args(["list"])) == 0
-    out = capsys.readouterr().out
+    assert cond.run(parser.parse_args(["list"])) == 1  # unusable files listed: exit 1
+    out = "".join(capsys.readouterr())
     assert "good.safetensors" in out and "deep.safetensors" in out and "NOT USABLE" in out
     assert "\x1b" not in out and "ctrl?[31m.safetensors" in out
 
@@ -280,7 +281,7 @@ def test_cond_list_shows_a_cache_truncated_in_its_data_as_unusable(cache_dir, ca
     path.write_bytes(path.read_bytes()[:-10])
     parser = argparse.ArgumentParser()
     cond.add_arguments(parser)
-    assert cond.run(parser.parse_args(["list", "--json"])) == 0
+    assert cond.run(parser.parse_args(["list", "--json"])) == 1
     row = json.loads(capsys.readouterr().out)["caches"][0]
     assert "truncated" in row["problem"]
 
@@ -299,7 +300,7 @@ def test_two_self_referencing_links_neither_hang_listing_nor_markers(tmp_path, m
     monkeypatch.setattr(effects.os, "scandir", lambda p: scanned.append(p) or real_scandir(p))
     started = time.monotonic()
     assert effects.list_effect_files() == ["fx.safetensors"]
-    text, _ = effects.H3KitEffectPrompt().execute(
+    text, _, _ = effects.H3KitEffectPrompt().execute(
         "integrated_multimodal_description: [Shot 1] A cat embedding:x sleeps.", "fx.safetensors")
     assert "embedding:fx" in text
     assert time.monotonic() - started < 5 and len(scanned) <= 10  # each real folder once per walk

@@ -33,10 +33,10 @@ def every_surface(path: Path, capsys, expected: str) -> None:
     """validate and doctor --workflow exit 2 naming `expected`; the preflight node raises H3KitInputError or
     reports it (a pasted text that parses)."""
     assert run_cli(validate, str(path)) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert expected in out and "Traceback" not in out
     assert run_cli(doctor, "--workflow", str(path), "--no-local") == 2
-    assert expected in capsys.readouterr().out
+    assert expected in capsys.readouterr().err
     text = path.read_bytes().decode("utf-8", "replace")
     try:
         result = H3KitPreflight().execute(strict=False, check_environment=False, workflow_json=text, prompt=None)
@@ -61,7 +61,7 @@ def test_non_utf8_file(tmp_path, capsys):
     data = json.dumps(GOOD).encode().replace(b"dusk", b"d\xe9sk")  # Latin-1 é, as a Windows editor saves it
     assert b"\xe9" in data
     assert run_cli(validate, str(write(tmp_path, data))) == 2
-    assert "not UTF-8 text (byte 0xe9" in capsys.readouterr().out
+    assert "not UTF-8 text (byte 0xe9" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("class_type, expected", [(5, "class_type is a JSON number"),
@@ -102,7 +102,7 @@ def test_model_name_with_nul_and_a_models_folder(tmp_path, capsys):
     path = write(tmp_path, json.dumps(graph))
     (tmp_path / "models" / "diffusion_models").mkdir(parents=True)
     assert run_cli(doctor, "--workflow", str(path), "--no-local", "--models-dir", str(tmp_path / "models")) == 2
-    assert "NUL or control characters" in capsys.readouterr().out
+    assert "NUL or control characters" in capsys.readouterr().err
     every_surface(path, capsys, "NUL or control characters")
 
 
@@ -127,5 +127,5 @@ def test_huge_file_is_refused_before_parsing(tmp_path, capsys):
     with open(path, "wb") as handle:
         handle.truncate(65 * 2**20)  # 65 MiB of NULs, over the 64 MiB limit
     assert run_cli(validate, str(path)) == 2
-    assert "at most 67108864 are accepted" in capsys.readouterr().out
+    assert "at most 67108864 are accepted" in capsys.readouterr().err
     assert validate_file(path, SCHEMAS)[0].message.endswith("at most 67108864 are accepted")

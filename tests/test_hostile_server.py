@@ -57,7 +57,7 @@ def test_server_chosen_prompt_id_is_an_identifier_never_a_path(workflow, server,
     server.history = history_entry(str(prompt_id))
     before = files_under(tmp_path)
     assert run(workflow, server, tmp_path / "out") == 1
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "not a plain identifier" in out and "crashed" not in out
     assert files_under(tmp_path) == before and not Path("/tmp/h3kit-escape").exists()
     assert not any(call.startswith("/view") for call in server.calls)
@@ -71,7 +71,7 @@ def test_view_redirect_to_another_host_is_not_followed(workflow, server, tmp_pat
         assert run(workflow, server, tmp_path / "out") == 1
     finally:
         other.close()
-    assert "another origin" in capsys.readouterr().out
+    assert "another origin" in capsys.readouterr().err
     assert other.calls == [] and not (tmp_path / "out" / "p1" / "t_00001_.png").exists()
 
 
@@ -90,7 +90,7 @@ def test_view_redirect_within_the_server_is_followed(workflow, server, tmp_path)
 def test_unusable_filename_in_history_is_a_failure_not_a_crash(workflow, server, tmp_path, capsys, filename):
     server.history = history_entry(outputs={"2": {"images": [{"filename": filename, "subfolder": "", "type": "output"}]}})
     assert run(workflow, server, tmp_path / "out") == 1
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "cannot fetch safely" in out and "crashed" not in out
 
 
@@ -100,7 +100,7 @@ def test_bad_timestamps_in_history_never_crash(workflow, server, tmp_path, capsy
                 ["execution_success", {"prompt_id": "p1", "timestamp": 2000}]]
     server.history = history_entry(messages=messages)
     assert run(workflow, server, tmp_path / "out") == 0
-    out = capsys.readouterr().out
+    out = "".join(capsys.readouterr())  # results and problems
     assert "crashed" not in out and "execution time" in out
 
 
@@ -113,7 +113,7 @@ MALFORMED_WS = [b"not json", b"[1, 2]", b'{"type": "progress", "data": [1]}', b'
 def test_malformed_websocket_messages_are_skipped(workflow, server, tmp_path, capsys):
     server.ws_frames = b"".join(ws_frame(message) for message in MALFORMED_WS) + ws_frame(b"\x00\x01", opcode=0x2)
     assert run(workflow, server, tmp_path / "out") == 0
-    out = capsys.readouterr().out
+    out = "".join(capsys.readouterr())  # results and problems
     assert "crashed" not in out and "queued prompt p1" in out
     assert any(call.startswith("/ws") for call in server.calls)
 
@@ -126,7 +126,7 @@ def test_a_job_that_crashes_exits_1_not_0(workflow, server, tmp_path, capsys, mo
 
     monkeypatch.setattr(comfy_jobs, "timing_of", boom)
     assert run(workflow, server, tmp_path / "out") == 1
-    assert "the job crashed: KeyError" in capsys.readouterr().out
+    assert "the job crashed: KeyError" in capsys.readouterr().err
 
 
 def test_execution_error_with_control_characters_is_printed_clean(workflow, server, tmp_path, capsys):
@@ -136,7 +136,7 @@ def test_execution_error_with_control_characters_is_printed_clean(workflow, serv
                                      "exception_message": "\x1b[2J\x1b[Hall clear\r\nfake: OK"}]]
     server.history = history_entry(messages=messages, status="error", outputs={})
     assert run(workflow, server, tmp_path / "out") == 1
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "all clear" in out and not any(ch in out for ch in "\x1b\x07\r")
 
 
@@ -167,7 +167,7 @@ def test_a_300_mb_history_answer_is_refused_at_the_cap(workflow, server, tmp_pat
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert "limit of 33,554,432" in capsys.readouterr().out  # the documented 32 MiB JSON cap
+    assert "limit of 33,554,432" in capsys.readouterr().err  # the documented 32 MiB JSON cap
     assert peak < (8 if declared else 3 * 32) * MIB, f"peak {peak / MIB:.1f} MiB"
 
 
@@ -179,7 +179,7 @@ def test_a_400_mb_websocket_frame_is_refused_before_its_payload(workflow, server
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "websocket message of 419,430,400 bytes" in out and peak < 16 * MIB
 
 
@@ -189,7 +189,7 @@ def test_a_1_byte_per_second_download_stops_at_the_timeout(workflow, server, tmp
     started = time.monotonic()
     assert run(workflow, server, tmp_path / "out", "--timeout", "3") == 3
     assert time.monotonic() - started < 10
-    assert "timeout" in capsys.readouterr().out
+    assert "timeout" in capsys.readouterr().err
     assert not (tmp_path / "out" / "p1" / "t_00001_.png").exists()
 
 

@@ -5,14 +5,15 @@ green, dropped ones red, each tile read back through the frame code burned into 
 from __future__ import annotations
 
 import sys
+from collections import deque
 from subprocess import run as run_process
 
 import av
-import cv2
 import numpy as np
 import pytest
 from h3kit.kernels.contact_sheet import AXIS_RGB, CUT_RGB, DROPPED_RGB, KEPT_RGB
 from h3kit.kernels.testpattern import frame_code_cells
+from PIL import Image
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +40,34 @@ def _mask(image: np.ndarray, rgb: tuple[int, int, int]) -> np.ndarray:
     return np.all(image == np.array(rgb, np.uint8), axis=-1).astype(np.uint8)
 
 
+def _components(mask: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Bounding boxes (x, y, w, h) of the 8-connected regions of a boolean mask (a plain flood fill: the test
+    needs no image library beyond Pillow)."""
+    height, width = mask.shape
+    seen = np.zeros_like(mask, dtype=bool)
+    boxes = []
+    for y0, x0 in zip(*np.nonzero(mask), strict=True):
+        if seen[y0, x0]:
+            continue
+        seen[y0, x0] = True
+        queue, xs, ys = deque([(y0, x0)]), [x0], [y0]
+        while queue:
+            y, x = queue.popleft()
+            for dy in (-1, 0, 1):
+                for dx in (-1, 0, 1):
+                    ny, nx = y + dy, x + dx
+                    if 0 <= ny < height and 0 <= nx < width and mask[ny, nx] and not seen[ny, nx]:
+                        seen[ny, nx] = True
+                        queue.append((ny, nx))
+                        xs.append(nx)
+                        ys.append(ny)
+        boxes.append((min(xs), min(ys), max(xs) - min(xs) + 1, max(ys) - min(ys) + 1))
+    return boxes
+
+
 def _tiles(image: np.ndarray, rgb) -> list[tuple[int, int, int, int]]:
     """Bounding boxes (x, y, w, h) of the frames drawn in `rgb`, in reading order; small marks (legend, strip) skipped."""
-    count, _, stats, _ = cv2.connectedComponentsWithStats(_mask(image, rgb), connectivity=8)
-    boxes = [tuple(int(v) for v in stats[i][:4]) for i in range(1, count) if stats[i][2] >= 40 and stats[i][3] >= 24]
+    boxes = [b for b in _components(_mask(image, rgb).astype(bool)) if b[2] >= 40 and b[3] >= 24]
     return sorted(boxes, key=lambda b: (b[1] // 10, b[0]))
 
 
@@ -61,7 +86,8 @@ def _frame_number(image: np.ndarray, box: tuple[int, int, int, int], border: int
 def test_demo_contact_sheet_marks_kept_and_dropped_frames(demo_run):
     _, out = demo_run
     sheet = out.with_name("demo_sheet.png")
-    image = cv2.cvtColor(cv2.imread(str(sheet), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    with Image.open(sheet) as png:
+        image = np.asarray(png.convert("RGB"))
     kept, dropped = _tiles(image, KEPT_RGB), _tiles(image, DROPPED_RGB)
     assert (len(kept), len(dropped)) == (121, 3)  # every one of the 124 draft frames, once
     assert [_frame_number(image, b) for b in kept] == list(range(121))
@@ -99,7 +125,7 @@ def test_demo_never_overwrites_an_existing_file(demo_run):
     before = out.read_bytes()
     proc = run_process([sys.executable, "-m", "h3kit", "demo", "--output", str(out)],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--overwrite" in proc.stdout
+    assert proc.returncode == 2 and "--overwrite" in proc.stderr and proc.stdout == ""
     assert out.read_bytes() == before
 
 
@@ -108,6 +134,6 @@ def test_demo_never_overwrites_an_existing_contact_sheet(tmp_path):
     sheet.write_bytes(b"mine")
     proc = run_process([sys.executable, "-m", "h3kit", "demo", "--output", str(tmp_path / "new.mp4")],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert proc.stdout == f"ERROR: {sheet} exists. Choose another --output, or add --overwrite to replace it.\n"
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"ERROR: {sheet} exists. Choose another --output, or add --overwrite to replace it.\n"
     assert sheet.read_bytes() == b"mine" and not (tmp_path / "new.mp4").exists()

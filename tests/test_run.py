@@ -4,6 +4,7 @@ tier (b) end to end against a real ComfyUI."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import threading
 import wave
@@ -202,6 +203,41 @@ def test_timing_and_cache_come_from_websocket_events_when_history_keeps_only_tex
     assert comfy_jobs.timing_of(error).error["exception_message"] == "CUDA out of memory"
 
 
+class _LateSocket:
+    """A websocket that delivers a prompt's events only after /history already lists it as finished: the order the
+    installable 0.12.1 produced for a full cache hit (it writes the entry, then its event loop sends the messages)."""
+
+    def __init__(self, events: list):
+        self.events = list(events)
+
+    def recv_event(self, timeout: float):
+        return self.events.pop(0) if self.events else None
+
+    def close(self) -> None:
+        pass
+
+
+class _FinishedHistory:
+    server = "http://127.0.0.1:9"
+
+    def get_json(self, route: str) -> dict:
+        return {"p": {"status": {"status_str": "success", "completed": True,
+                                 "messages": ["execution_start", "execution_cached", "execution_success"]}}}
+
+
+def test_f17_cached_nodes_are_still_counted_when_history_finishes_before_the_websocket_events():
+    from h3kit.adapters.comfy_client import Deadline
+
+    late = _LateSocket([None, {"type": "status", "data": {"status": {}}},
+                        {"type": "execution_start", "data": {"prompt_id": "p", "timestamp": 1000}},
+                        {"type": "execution_cached", "data": {"prompt_id": "p", "nodes": ["1", "2"], "timestamp": 1001}},
+                        {"type": "execution_success", "data": {"prompt_id": "p", "timestamp": 1003}}])
+    outcome = comfy_jobs.wait_for_prompt(_FinishedHistory(), "p", comfy_jobs.Listener(), Deadline(30), late)
+    timing = comfy_jobs.timing_of(outcome.entry, outcome.events)
+    assert outcome.state == "success" and timing.cached == ["1", "2"] and timing.seconds == 0.003
+    assert not late.events  # read to the finish event, not further
+
+
 # --- a fake ComfyUI -----------------------------------------------------------------------------
 
 IMAGE_GRAPH = {
@@ -331,7 +367,7 @@ def test_f26_502_while_queued_keeps_waiting_and_succeeds(workflow, good_video, t
         code = run_cli([str(workflow), "--server", fake.url, "--out", str(tmp_path / "out")])
     finally:
         fake.close()
-    out = capsys.readouterr().out
+    out = "".join(capsys.readouterr())  # results (stdout) and warnings (stderr)
     assert code == 0, out
     assert "HTTP 502" in out and "execution time 2.500 s" in out and "cached nodes: 0 of 3" in out
     assert (tmp_path / "out" / "p1" / "t_00001_.mp4").read_bytes() == good_video
@@ -344,7 +380,7 @@ def test_f26_timeout_while_the_server_holds_the_job_is_not_a_failure(workflow, g
         code = run_cli([str(workflow), "--server", fake.url, "--timeout", "0.5", "--out", str(tmp_path)])
     finally:
         fake.close()
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert code == 3 and "still holds the job (running)" in out and "/queue" in fake.calls
 
 
@@ -354,7 +390,7 @@ def test_job_neither_queued_nor_in_history_is_lost(workflow, capsys, tmp_path):
         code = run_cli([str(workflow), "--server", fake.url, "--timeout", "0.3", "--out", str(tmp_path)])
     finally:
         fake.close()
-    assert code == 1 and "neither holds" in capsys.readouterr().out
+    assert code == 1 and "neither holds" in capsys.readouterr().err
 
 
 def test_f17_full_cache_hit_warns(workflow, good_video, capsys, tmp_path):
@@ -363,7 +399,7 @@ def test_f17_full_cache_hit_warns(workflow, good_video, capsys, tmp_path):
         code = run_cli([str(workflow), "--server", fake.url, "--out", str(tmp_path)])
     finally:
         fake.close()
-    out = capsys.readouterr().out
+    out = "".join(capsys.readouterr())  # results (stdout) and warnings (stderr)
     assert code == 0 and "cached nodes: 3 of 3" in out and "WARN  cache hit" in out and "F17" in out
 
 
@@ -373,7 +409,7 @@ def test_execution_error_exits_1_and_names_the_node(workflow, capsys, tmp_path):
         code = run_cli([str(workflow), "--server", fake.url, "--out", str(tmp_path)])
     finally:
         fake.close()
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert code == 1 and "node 2 (CreateVideo)" in out and "boom" in out
 
 
@@ -384,7 +420,7 @@ def test_black_output_exits_1(workflow, capsys, tmp_path):
         code = run_cli([str(workflow), "--server", fake.url, "--out", str(tmp_path / "o")])
     finally:
         fake.close()
-    assert code == 1 and "black" in capsys.readouterr().out
+    assert code == 1 and "black" in capsys.readouterr().err
 
 
 def test_invalid_graph_is_rejected_before_submitting(tmp_path, capsys):
@@ -397,7 +433,7 @@ def test_invalid_graph_is_rejected_before_submitting(tmp_path, capsys):
     finally:
         fake.close()
     assert code == 2 and fake.posted == []
-    assert "xmarre/ComfyUI-Spectrum-MiniMax-H3" in capsys.readouterr().out
+    assert "xmarre/ComfyUI-Spectrum-MiniMax-H3" in capsys.readouterr().err
 
 
 def test_server_rejection_exits_2(workflow, capsys, tmp_path):
@@ -406,7 +442,7 @@ def test_server_rejection_exits_2(workflow, capsys, tmp_path):
         code = run_cli([str(workflow), "--server", fake.url, "--out", str(tmp_path)])
     finally:
         fake.close()
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert code == 2 and "node 3 (SaveVideo)" in out
 
 
@@ -415,7 +451,7 @@ def test_unreachable_server_exits_4(workflow, capsys):
     url = fake.url
     fake.close()
     assert run_cli([str(workflow), "--server", url]) == 4
-    assert "UNREACHABLE" in capsys.readouterr().out
+    assert "UNREACHABLE" in capsys.readouterr().err
 
 
 def test_fan_out_gives_each_job_its_own_seed(tmp_path, good_video, capsys):
@@ -452,7 +488,7 @@ def test_websocket_client_missing_falls_back_to_polling_and_says_so(workflow, go
         code = run_cli([str(workflow), "--server", fake.url, "--out", str(tmp_path)])
     finally:
         fake.close()
-    assert code == 0 and "websocket-client is not installed" in capsys.readouterr().out
+    assert code == 0 and "websocket-client is not installed" in capsys.readouterr().err
 
 
 # --- tier (b): a real ComfyUI -------------------------------------------------------------------
@@ -505,12 +541,12 @@ def test_run_end_to_end_on_real_comfyui_then_cache_hit(comfyui_server, tmp_path,
     assert len(downloaded) == 1 and read_mp4(downloaded[0]).frames == 9
 
     assert run_cli(argv) == 0
-    second = capsys.readouterr().out
+    second = "".join(capsys.readouterr())
     assert "cached nodes: 8 of 8" in second and "WARN  cache hit" in second and "F17" in second
 
 
 @pytest.mark.comfyui
-def test_doctor_reports_old_comfyui_as_fail_for_the_two_stage_refine(comfyui_server, tmp_path, capsys):
+def test_doctor_names_core_nodes_a_host_lacks_not_f01(comfyui_server, tmp_path, capsys):
     from h3kit.scripts import doctor
 
     graph = {
@@ -529,13 +565,55 @@ def test_doctor_reports_old_comfyui_as_fail_for_the_two_stage_refine(comfyui_ser
         pytest.skip("this host has the two-stage refine's nodes; the core-version difference is for hosts without")
     version = comfyui_server.get("/system_stats")["system"]["comfyui_version"]
     code = doctor.run(parser.parse_args(["--server", comfyui_server.url, "--workflow", str(path), "--no-local"]))
-    out = capsys.readouterr().out
+    out = "".join(capsys.readouterr())  # results (stdout) and warnings (stderr)
     assert code == 2  # the worst: the graph leaves H3KitDraftToLTX's frame_policy/fit/fps unset (2) > server FAILs (1)
     # issue 17: judged from the host's node list (no native H3 here), named a core-version difference, not F01
     version_line = next(line for line in out.splitlines() if line.startswith("WARN  comfyui version"))
     assert version_line == (f"WARN  comfyui version: ComfyUI {version} lacks core nodes this workflow needs "
-                            "(LTXVLatentUpsampler; read from its node list): this ComfyUI is older than the workflow, "
-                            "which needs ComfyUI core >= 0.34.0")
+                            "(LTXVLatentUpsampler; read from its node list): this ComfyUI is older than the workflow "
+                            "(ComfyUI 0.12.1 serves them)")
     assert ("FAIL  nodes: node 3: 'LTXVLatentUpsampler' is a ComfyUI core node this ComfyUI does not have: this "
-            "ComfyUI is older than the workflow (ComfyUI core >= 0.34.0) (F35)") in out
+            "ComfyUI is older than the workflow (ComfyUI 0.12.1 serves it) (F35)") in out
     assert "F01" not in out
+
+
+# --- issue 23: the graph is adapted to the host's SaveVideo layout before it is queued -----------------
+
+def savevideo_0330() -> dict:
+    return json.loads((Path(__file__).parent / "data" / "savevideo_0.33.0.json").read_text())["SaveVideo"]
+
+
+def test_run_adapts_the_shipped_savevideo_layout_to_the_hosts_and_says_so(tmp_path, good_video, capsys):
+    """The >= 0.34 layout (format.codec) queued to a 0.33.0-layout host: `codec` is what SaveVideo reads there."""
+    graph = copy.deepcopy(IMAGE_GRAPH)
+    graph["3"]["inputs"] = {"video": ["2", 0], "filename_prefix": "t", "format": "mp4", "format.codec": "h264"}
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(graph))
+    fake = FakeComfy(good_video, object_info={**FAKE_OBJECT_INFO, "SaveVideo": savevideo_0330()})
+    try:
+        code = run_cli([str(path), "--server", fake.url, "--out", str(tmp_path / "out")])
+    finally:
+        fake.close()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ("ADAPTED node 3 (SaveVideo): input 'format.codec' -> 'codec' (value 'h264' unchanged): this ComfyUI's "
+            "SaveVideo takes it there") in out
+    (posted,) = fake.posted
+    assert posted["prompt"]["3"]["inputs"] == {"video": ["2", 0], "filename_prefix": "t", "format": "mp4",
+                                               "codec": "h264"}
+    assert json.loads(path.read_text()) == graph  # the file is never rewritten
+
+
+def test_run_refuses_a_codec_the_host_lacks_with_the_hosts_options_before_queueing(tmp_path, capsys):
+    graph = copy.deepcopy(IMAGE_GRAPH)
+    graph["3"]["inputs"] = {"video": ["2", 0], "filename_prefix": "t", "format": "mp4", "format.codec": "av1"}
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(graph))
+    fake = FakeComfy(object_info={**FAKE_OBJECT_INFO, "SaveVideo": savevideo_0330()})
+    try:
+        code = run_cli([str(path), "--server", fake.url, "--out", str(tmp_path / "out")])
+    finally:
+        fake.close()
+    out = "".join(capsys.readouterr())  # ADAPTED (stdout) and the refusal (stderr)
+    assert code == 2 and fake.posted == []
+    assert "node 3 (SaveVideo) input 'codec'" in out and "choose one of: auto, h264" in out

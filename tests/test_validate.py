@@ -46,7 +46,7 @@ def test_hand_made_broken_graph_reports_every_problem_and_exits_2():
     result = run_process([sys.executable, "-m", "h3kit", "validate", str(DATA / "broken_graph.json")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2  # README: 2 = rejected by validation
-    out = result.stdout
+    out = result.stderr  # problems go to stderr (README, section 'Exit codes and output')
     assert "node 2 (ImageScaleFancyPlus)" in out and "unknown node type" in out
     assert "node 3 (ImageScale) input 'image'" in out and "node 42" in out
     assert "node 1 (EmptyImage) input 'batch_size'" in out and "99999" in out and "<= 4096" in out
@@ -87,8 +87,8 @@ def test_int_off_the_widget_step_suggests_neighbours(offline):
         "1": {"class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 1344, "height": 768, "length": 125}},
         "2": {"class_type": "SaveLatent", "inputs": {"samples": ["1", 0], "filename_prefix": "x"}},
     }
-    found = errors(graph, offline)
-    assert any(p.input == "length" and "124" in p.fix and "141" in p.fix for p in found), found
+    found = validate_graph(graph, offline)  # a warning: ComfyUI's /prompt checks min/max only (tier b compares)
+    assert [(p.input, p.severity, p.fix) for p in found] == [("length", "warning", "use 124 or 141")]
 
 
 def test_wrong_widget_types(offline):
@@ -147,7 +147,7 @@ def test_server_mode_unreachable_exits_4(tmp_path):
     path.write_text(json.dumps(GOOD))
     result = run_process([sys.executable, "-m", "h3kit", "validate", str(path), "--server", "http://127.0.0.1:9"],
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode == 4 and "cannot reach ComfyUI" in result.stdout
+    assert result.returncode == 4 and "cannot reach ComfyUI" in result.stderr
 
 
 def test_core_schema_file_is_pinned_to_a_version():
@@ -155,3 +155,46 @@ def test_core_schema_file_is_pinned_to_a_version():
     assert doc["comfyui_version"] and doc["sources"]
     for name, info in doc["nodes"].items():
         assert {"input", "output", "output_node"} <= set(info), name
+
+
+# --- issue 23: validate's false alarms on a real host ---------------------------------------------------
+
+def test_a_missing_input_image_is_the_users_file_not_an_older_comfyui(offline):
+    """On a host, LoadImage's combo lists the input folder: a file that is not there is to upload, whatever the
+    ComfyUI version (it was reported as "ComfyUI is older than the workflow")."""
+    served = copy.deepcopy(offline)
+    served["LoadImage"] = {**served["LoadImage"], "input": {"required": {
+        "image": [["other.png", "ref_b.png"], {"image_upload": True}]}}}
+    graph = {"1": {"class_type": "LoadImage", "inputs": {"image": "ref_a.png"}},
+             "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}}}
+    (problem,) = validate_graph(graph, served)
+    assert problem.input == "image" and "older than" not in problem.message
+    assert problem.message == "'ref_a.png' is not in this server's input folder (it has 2 there)"
+    assert problem.fix == ("upload ref_a.png (python -m h3kit run --upload 1=PATH, or drop the file on the node in "
+                           "ComfyUI), or copy it into ComfyUI's input folder")
+    assert validate_graph(graph, offline) == []  # offline: which files a host has is the server's to say
+
+
+def test_a_folder_validates_every_json_file_in_it(tmp_path):
+    result = run_process([sys.executable, "-m", "h3kit", "validate", str(schemas.API_WORKFLOWS_DIR)],
+                         capture_output=True, text=True, timeout=300)
+    shipped = sorted(Path(schemas.API_WORKFLOWS_DIR).glob("*.json"))
+    assert result.returncode == 0, result.stdout
+    assert [line.split(":")[0] for line in result.stdout.splitlines() if line.startswith("OK ")] == [
+        f"OK {p}" for p in shipped]
+    assert "Is a directory" not in result.stdout + result.stderr
+
+
+def test_a_folder_without_json_files_fails_with_a_clear_line(tmp_path):
+    result = run_process([sys.executable, "-m", "h3kit", "validate", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""  # a problem: stderr
+    assert result.stderr.strip() == (f"FAIL {tmp_path}: a folder with no .json file in it; pass workflow files or a "
+                                     "folder that holds them (e.g. workflows/api)")
+
+
+def test_run_and_doctor_name_a_folder_as_a_folder(tmp_path):
+    from h3kit.checks.validator import load_graph_file
+
+    graph, problem = load_graph_file(tmp_path)
+    assert graph is None and problem.message == f"{tmp_path} is a folder, not a workflow file"

@@ -261,7 +261,7 @@ def test_check_reports_stale_copy_and_generate_fixes_it(tmp_path: Path, capsys):
     (api_dir / "g.json").write_text(json.dumps(graph))
     capsys.readouterr()
     assert cli_main([*args, "--check"]) == 1
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # problems go to stderr
     assert "g.json: stale" in out and "g.jpg: stale" in out
 
 
@@ -276,4 +276,4 @@ def test_thumbnail_of_the_wrong_size_is_stale(tmp_path: Path, capsys):
         image.resize((400, 400)).save(out_dir / "g.jpg", format="JPEG", comment=comment)  # same fingerprint
     capsys.readouterr()
     assert cli_main([*args, "--check"]) == 1
-    assert "g.jpg: stale" in capsys.readouterr().out
+    assert "g.jpg: stale" in capsys.readouterr().err

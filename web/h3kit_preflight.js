@@ -2,6 +2,8 @@
 // (POST /h3kit/preflight: the rules of `python -m h3kit doctor`) before it is queued.
 //   FAIL -> the queue stops; a dialog lists each problem on its node (click: select + center the node),
 //           with "Run anyway".            WARN -> a toast (each distinct warning once per page).
+//   ADAPTED -> the server moved inputs to this ComfyUI's layout (SaveVideo's format.codec -> codec, ...): the
+//           adapted prompt is queued and a toast lists every change (the graph on the canvas is not touched).
 // Setting "H3Kit.Preflight.Enabled" turns it off; command "H3Kit: check this graph" runs it on demand.
 // Plain JS, no build step. Frontend differences are feature-detected; if anything here fails, the queue
 // goes on as if the extension were absent (the route and the H3KitPreflight node keep working).
@@ -180,10 +182,20 @@ function failureKey(report) {
   return JSON.stringify(report.checks.filter((c) => c.status === "FAIL").map((c) => [c.node_id, c.detail]));
 }
 
+/** Queue the prompt the server adapted to its input layout, and say what changed. */
+function useAdapted(prompt, report) {
+  const adapted = report.adapted;
+  if (!adapted?.prompt || !Array.isArray(adapted.changes) || !adapted.changes.length) return;
+  prompt.output = adapted.prompt;
+  toast("info", `H3Kit adapted ${adapted.changes.length} input(s) to this ComfyUI`,
+    adapted.changes.map((c) => String(c.text)).join("\n"), 12000);
+}
+
 /** true: queue it; false: the user stopped it. */
 async function allowQueue(prompt) {
   const report = await preflight(prompt);
   if (!report) return true;
+  useAdapted(prompt, report);
   if (report.fail > 0) {
     const key = failureKey(report);
     if (approved.key === key && performance.now() < approved.until) return true;
@@ -218,6 +230,7 @@ function installQueueGuard() {
 async function checkThisGraph() {
   const report = await preflight(await app.graphToPrompt());
   if (!report) return;
+  useAdapted({}, report); // says what queueing would change; the canvas is not touched
   if (report.fail || report.warn) await showReport(report, { canRun: false });
   else toast("success", "H3Kit preflight", `all ${report.pass} checks passed`, 5000);
 }

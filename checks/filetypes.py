@@ -1,0 +1,146 @@
+"""What a file is, from its first bytes, so a wrong file is named as what it is (never by its extension alone).
+
+Every command that reads a file names the kind it found when the file is not what it expects ("sheet.png is a
+PNG image, not a conditioning cache"); output names are checked against the format a command writes. Pure
+Python: `sniff(head)` reads bytes, `sniff_file(path)` reads at most HEAD_BYTES of a file.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+HEAD_BYTES = 4096  # enough for every signature below and a safetensors header's first key
+MAX_SAFETENSORS_HEADER = 100 * 2**20  # the safetensors library's own limit on the JSON header
+
+
+@dataclass(frozen=True)
+class FileKind:
+    key: str  # stable id: png, jpeg, ..., safetensors, json, text, empty, unknown
+    text: str  # "a PNG image", for messages
+    suffixes: tuple[str, ...] = ()  # the extensions this kind is usually saved with
+
+
+KINDS = {k.key: k for k in (
+    FileKind("png", "a PNG image", (".png",)),
+    FileKind("jpeg", "a JPEG image", (".jpg", ".jpeg")),
+    FileKind("webp", "a WebP image", (".webp",)),
+    FileKind("gif", "a GIF image", (".gif",)),
+    FileKind("mp4", "an MP4/MOV video", (".mp4", ".mov", ".m4v")),
+    FileKind("webm", "a WebM video", (".webm",)),
+    FileKind("mkv", "a Matroska (MKV) video", (".mkv",)),
+    FileKind("torch_zip", "a PyTorch torch.save file (a zip of pickles)", (".pt", ".pth", ".ckpt", ".cond", ".bin")),
+    FileKind("zip", "a zip archive", (".zip",)),
+    FileKind("pickle", "a Python pickle (e.g. an old torch.save file)", (".pt", ".pth", ".pkl", ".ckpt", ".cond")),
+    FileKind("gguf", "a GGUF model file", (".gguf",)),
+    FileKind("safetensors", "a safetensors file", (".safetensors", ".sft")),
+    FileKind("json", "a JSON file", (".json",)),
+    FileKind("html", "an HTML page (a download that returned a web page, e.g. a login or error page)",
+             (".html", ".htm")),
+    FileKind("lfs_pointer", "a Git LFS pointer (a 130-byte stand-in, not the file itself)", ()),
+    FileKind("text", "a text file", (".txt",)),
+    FileKind("empty", "an empty file (0 bytes)", ()),
+    FileKind("unknown", "a file of unknown type", ()),
+)}
+IMAGE_KINDS = frozenset({"png", "jpeg", "webp", "gif"})
+VIDEO_KINDS = frozenset({"mp4", "webm", "mkv"})
+
+
+def _is_safetensors(head: bytes) -> bool:
+    if len(head) < 10:
+        return False
+    (length,) = struct.unpack("<Q", head[:8])
+    return 2 <= length <= MAX_SAFETENSORS_HEADER and head[8:9] == b"{"
+
+
+def _ebml_kind(head: bytes) -> str:
+    """Matroska and WebM share the EBML header; its DocType says which."""
+    return "webm" if b"webm" in head[:64] else "mkv"
+
+
+def _zip_kind(head: bytes) -> str:
+    """torch.save writes a zip whose first member is <name>/data.pkl (or byteorder / version entries)."""
+    name_length = int.from_bytes(head[26:28], "little") if len(head) >= 30 else 0
+    first = head[30:30 + name_length]
+    return "torch_zip" if first.endswith((b"data.pkl", b"byteorder", b"version", b".format_version")) else "zip"
+
+
+def _text_kind(head: bytes) -> str:
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not text:
+        return "empty" if not head else "text"
+    if text[:1] in (b"{", b"["):
+        return "json"
+    lower = text[:64].lower()
+    if lower.startswith((b"<!doctype html", b"<html", b"<head", b"<?xml")):
+        return "html"
+    if text.startswith(b"version https://git-lfs"):
+        return "lfs_pointer"
+    if b"\x00" in head:
+        return "unknown"  # binary data, not text
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not only a character cut at the end of the sample
+            return "unknown"
+    return "text"
+
+
+def sniff(head: bytes) -> FileKind:
+    """The kind of file whose first bytes are `head` (pass at least HEAD_BYTES when the file has them)."""
+    if not head:
+        return KINDS["empty"]
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        key = "png"
+    elif head.startswith(b"\xff\xd8\xff"):
+        key = "jpeg"
+    elif head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        key = "webp"
+    elif head[:6] in (b"GIF87a", b"GIF89a"):
+        key = "gif"
+    elif head[4:8] == b"ftyp":
+        key = "mp4"
+    elif head.startswith(b"\x1a\x45\xdf\xa3"):
+        key = _ebml_kind(head)
+    elif head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        key = _zip_kind(head)
+    elif head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        key = "pickle"
+    elif head.startswith(b"GGUF"):
+        key = "gguf"
+    elif _is_safetensors(head):
+        key = "safetensors"
+    else:
+        key = _text_kind(head)
+    return KINDS[key]
+
+
+def sniff_file(path: Path | str) -> FileKind | None:
+    """The kind of the file at `path`, or None when it cannot be opened (the caller reports the OSError)."""
+    try:
+        with open(path, "rb") as handle:
+            return sniff(handle.read(HEAD_BYTES))
+    except OSError:
+        return None
+
+
+def described(path: Path | str, kind: FileKind | None = None) -> str:
+    """'sheet.png is a PNG image' (the kind sniffed when not given), for messages."""
+    kind = kind or sniff_file(path) or KINDS["unknown"]
+    return f"{path} is {kind.text}"
+
+
+def output_name_problem(path: Path | str, wanted: str) -> str | None:
+    """Why `path` is a wrong name for a file of kind `wanted` (its extension says another format), or None.
+    E.g. demo --output x.png: the demo writes an MP4 video, so the name must end in .mp4."""
+    kind = KINDS[wanted]
+    path = Path(path)
+    if path.suffix.lower() in kind.suffixes:
+        return None
+    suggestion = path.with_suffix(kind.suffixes[0]) if path.suffix else path.with_name(path.name + kind.suffixes[0])
+    found = next((k for k in KINDS.values() if path.suffix.lower() in k.suffixes), None) if path.suffix else None
+    said = f"its extension says {found.text.split(' (')[0]}" if found else (
+        f"'{path.suffix}' is not an extension of {kind.text}" if path.suffix else "it has no extension")
+    return (f"{path}: this writes {kind.text} but {said}; name it {suggestion} (the extension is how ComfyUI, "
+            "players and file browsers pick the format)")

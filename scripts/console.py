@@ -1,0 +1,39 @@
+"""The one stream rule of every command (README, section 'Exit codes and output'):
+
+  stdout  the result: what the command made, found or checked and passed (PASS lines, listings, summaries,
+          paths written, --json documents)
+  stderr  every error and warning (FAIL / WARN / ERROR / REJECTED / TIMEOUT / UNREACHABLE lines and their
+          fixes), progress bars and log lines
+
+Each line is flushed as it is written, so a terminal (or `2>&1`) shows both streams in order. Text that came
+from files or servers is made printable first (no terminal escapes).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from ..checks.problem import PASS, Check, printable
+
+_LOCK = threading.Lock()  # run's fan-out prints from one thread per server
+
+
+def result(text: str = "") -> None:
+    """A line of the command's result, on stdout."""
+    _write(sys.stdout, text)
+
+
+def problem(text: str) -> None:
+    """An error or a warning, on stderr."""
+    _write(sys.stderr, text)
+
+
+def check(line: Check, label: str = "") -> None:
+    """A PASS line is a result; a WARN or FAIL line (with its fix) is a problem."""
+    (result if line.status == PASS else problem)(label + line.line())
+
+
+def _write(stream, text: str) -> None:
+    with _LOCK:
+        print(printable(text), file=stream, flush=True)
