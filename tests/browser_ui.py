@@ -305,7 +305,7 @@ class Editor:
 
     @property
     def newer_ui(self) -> bool:
-        """The reworked template browser (1.40 on); the README's screenshots come from the older UI."""
+        """The reworked template browser (1.40 on)."""
         return self.version >= (1, 40)
 
     def js(self, expression: str, arg=None):

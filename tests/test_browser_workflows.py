@@ -34,6 +34,7 @@ from browser_ui import (
     new_context,
 )
 from comfyui_host import ComfyUIServer, HostSpec, configured_hosts
+from h3kit.checks.host_layout import adapt_graph
 
 pytestmark = pytest.mark.browser
 
@@ -202,9 +203,7 @@ def test_template_browser_opens_workflow(editor, server_info, name):
     editor.start_clean()
     editor.open_template(TEMPLATE_MODULE, name)
     state = editor.settle(len(graph))
-    shot = editor.screenshot(ARTIFACTS / f"{name}-v{'.'.join(map(str, editor.version))}.png")
-    if os.environ.get("H3KIT_README_SHOTS") == "1" and name in README_SHOTS and not editor.newer_ui:
-        _save_readme_shot(shot, DOCS_IMG / f"workflow-{name}.jpg")
+    editor.screenshot(ARTIFACTS / f"{name}-v{'.'.join(map(str, editor.version))}.png")
     assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
     _assert_load_report(editor, state, graph, server_info, name)
@@ -222,33 +221,25 @@ def test_dropping_ui_file_loads_workflow(editor, server_info, name):
 
 
 def _queued_differences(prompt: dict, graph: dict, server_info: dict) -> list[str]:
-    """Where the prompt the editor would queue differs from the API graph, for every node this server serves.
-    Links must match; a literal value must arrive under its own key, or, where this host lays the node's inputs
-    out differently (SaveVideo: the >= 0.34 `format.codec` is `codec` on 0.3.64, 0.12.1 and 0.33.0), under the
-    key's last part, which must be an input this host declares while the graph's key is not."""
+    """Where the prompt the editor would queue differs from the API graph in this host's layout of each node
+    (checks/host_layout.py, the adaptation `run` and the preflight apply: SaveVideo's `format.codec` is `codec`
+    on 0.3.64, 0.12.1 and 0.33.0): every input of every node the host serves, links and values, must be queued
+    as the adapted graph has it. Inputs the editor adds (a widget's default the graph leaves unset) are not
+    differences."""
     found = []
-    for node_id, node in graph.items():
-        info = server_info.get(node["class_type"])
-        if info is None:
+    for node_id, node in adapt_graph(graph, server_info).graph.items():
+        if node["class_type"] not in server_info:
             continue
         sent = prompt.get(node_id, {}).get("inputs")
         if sent is None:
             found.append(f"node {node_id} ({node['class_type']}) is not in the prompt")
             continue
-        declared = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
         for key, value in node["inputs"].items():
-            if isinstance(value, list):  # a link: [source id, output slot]
-                if [str(x) for x in sent.get(key, [])] != [str(x) for x in value]:
-                    found.append(f"node {node_id} {key}: linked to {sent.get(key)}, the graph links {value}")
-                continue
-            moved = key.rsplit(".", 1)[-1]
-            target = key if key in sent else moved if "." in key and key.split(".")[0] in declared \
-                and moved in declared else None
-            if target is None:
-                found.append(f"node {node_id} ({node['class_type']}) {key}: absent from the prompt {sent}")
-            elif sent[target] != value and not (isinstance(value, float) and sent[target] == pytest.approx(value)):
-                found.append(f"node {node_id} ({node['class_type']}) {key}: queued as {target}={sent[target]!r}, "
-                             f"the graph sets {value!r}")
+            queued = sent.get(key, "<absent>")
+            same = [str(x) for x in queued] == [str(x) for x in value] if isinstance(value, list) else \
+                queued == value or (isinstance(value, float) and queued == pytest.approx(value))
+            if not same:
+                found.append(f"node {node_id} ({node['class_type']}) {key}: queued {queued!r}, the graph has {value!r}")
     return found
 
 
@@ -462,3 +453,61 @@ def test_editor_works_when_the_extension_cannot_load(chromium, server):
         assert blocked.posts("/api/h3kit/preflight") == []
     finally:
         context.close()
+
+
+# --- the README's screenshots -------------------------------------------------------------------------
+
+def _placeholders(server: ComfyUIServer, graph: dict, server_info: dict) -> list[Path]:
+    """Files named as the graph's absent models (in every model folder the server lists: the frontend only needs
+    the name in the loader's list) and input images (a grey picture, so LoadImage shows one), as on a machine
+    that has them; the paths written, to remove afterwards."""
+    from PIL import Image
+
+    absent = absent_files(graph, server_info)
+    folders = [f for f in server.get("/models") if f != "custom_nodes"]
+    written = []
+    for file_name in sorted(absent.files["missing-model"]):
+        for folder in folders:
+            path = server.models_dir / folder / file_name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"")
+            written.append(path)
+    for file_name in sorted(absent.files["missing-media"]):
+        path = server.base_dir / "input" / file_name
+        Image.new("RGB", (512, 512), (128, 128, 128)).save(path)
+        written.append(path)
+    return written
+
+
+@pytest.mark.parametrize("name", sorted(README_SHOTS))
+def test_readme_screenshot(chromium, server, server_info, name):
+    """H3KIT_README_SHOTS=1 retakes docs/img/workflow-<name>.jpg (the host's own frontend) and
+    docs/img/frontend-<version>/workflow-<name>.jpg (a frontend from H3KIT_FRONTEND_ROOTS): the template as it
+    opens on a machine that has the graph's files (placeholders named as them), on a host that serves every node
+    of the graph. The shot is taken only when no node is marked, nothing is reported and no error toast shows."""
+    if os.environ.get("H3KIT_README_SHOTS") != "1":
+        pytest.skip("set H3KIT_README_SHOTS=1 to retake the README screenshots (docs/testing.md)")
+    graph = _api_graph(name)
+    unknown = _unknown_types(graph, set(server_info))
+    if unknown:
+        pytest.skip(f"{server.host.name} does not serve {', '.join(sorted(unknown))}: the README shows graphs whose "
+                    "nodes all load")
+    written = _placeholders(server, graph, server_info)
+    editor, context = _new_editor(chromium, server)  # a fresh page reads the file lists with the placeholders
+    try:
+        editor.start_clean()
+        editor.open_template(TEMPLATE_MODULE, name)
+        state = editor.settle(len(graph))
+        editor.page.mouse.move(0, 500)  # no hover highlight on a node
+        editor.page.wait_for_timeout(1500)  # thumbnails of LoadImage and the canvas finish drawing
+        shot = editor.screenshot(ARTIFACTS / f"readme-{name}-v{'.'.join(map(str, editor.version))}.png")
+        assert state["graph"]["nodes"] == len(graph) and state["graph"]["broken"] == [], dumps(state)
+        assert state["toasts"] == [] and state["dialogs"] == [], dumps(state)
+        assert editor.load_report(expected=False) == {}
+    finally:
+        context.close()
+        for path in written:
+            path.unlink(missing_ok=True)
+    frontend = server.host.front_end_root
+    folder = DOCS_IMG / f"frontend-{'.'.join(map(str, editor.version))}" if frontend else DOCS_IMG
+    _save_readme_shot(shot, folder / f"workflow-{name}.jpg")
