@@ -35,6 +35,7 @@ from browser_ui import (
 )
 from comfyui_host import ComfyUIServer, HostSpec, configured_hosts
 from h3kit.checks.host_layout import adapt_graph
+from h3kit.scripts import workflows_ui
 
 pytestmark = pytest.mark.browser
 
@@ -46,6 +47,9 @@ TEMPLATE_MODULE = "H3Kit"  # tests/comfyui_host.py links the pack as custom_node
 RUNNABLE_WORKFLOW = "h3kit_handoff_demo"  # core nodes + H3Kit nodes only: queued from the UI
 README_SHOTS = {"h3_ltx_two_stage", "h3_ref2va_two_stage", "h3_effects_t2va", "h3_native_362_lowvram", RUNNABLE_WORKFLOW}
 DOCS_IMG = PACK_ROOT / "docs" / "img"
+README_CANVAS_ORIGIN = (80, 100)  # px: where the first group's corner goes, right of the sidebar, below the toolbar
+# a group's corner above-left of its first node, as the generator lays groups out
+README_GROUP_MARGIN = (workflows_ui.GROUP_PAD, workflows_ui.TITLE_H + workflows_ui.GROUP_TITLE_H)
 PREFLIGHT_SETTING = "H3Kit.Preflight.Enabled"
 CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine that starts above 0.8 repaints faces
 MAX_ADDED_LATENCY_MS = 200  # issue 18: a healthy 40-node graph queues at most this much later with the check
@@ -393,12 +397,11 @@ def _healthy_graph(copies: int = 5) -> dict:
 
 def test_healthy_40_node_graph_queues_with_at_most_200_ms_added(editor, server):
     from h3kit.scripts.schemas import offline_schemas
-    from h3kit.scripts.workflows_ui import api_to_ui
 
     graph = _healthy_graph()
     assert len(graph) == 40
     editor.start_clean()
-    editor.load_workflow(api_to_ui("healthy_40", graph, offline_schemas()))
+    editor.load_workflow(workflows_ui.api_to_ui("healthy_40", graph, offline_schemas()))
     editor.page.wait_for_function("app.graph.nodes.length === 40", timeout=30_000)
     # bounded: a preflight dialog would hold the queue call open until someone answers it
     measure = """async () => { const t0 = performance.now();
@@ -499,10 +502,13 @@ def test_readme_screenshot(chromium, server, server_info, name):
         editor.start_clean()
         editor.open_template(TEMPLATE_MODULE, name)
         state = editor.settle(len(graph))
-        # the view the graph file saves (readable, from the left): 1.49 and 1.58 open a template fitted to the
-        # window, 13-16 % for the two-stage graphs, too small to read in a README
-        editor.js("ds => { app.canvas.ds.scale = ds.scale; app.canvas.ds.offset = [...ds.offset]; "
-                  "app.canvas.setDirty(true, true); }", _ui_workflow(name)["extra"]["ds"])
+        # the scale the graph file saves (readable; 1.49 and 1.58 open a template fitted to the window, 13-16 % for
+        # the two-stage graphs), its first group placed clear of the sidebar and the toolbar that overlay the canvas
+        editor.js(f"""() => {{ const c = app.canvas, scale = {_ui_workflow(name)["extra"]["ds"]["scale"]};
+            const x0 = Math.min(...app.graph.nodes.map(n => n.pos[0])) - {README_GROUP_MARGIN[0]};
+            const y0 = Math.min(...app.graph.nodes.map(n => n.pos[1])) - {README_GROUP_MARGIN[1]};
+            c.ds.scale = scale; c.ds.offset = [{README_CANVAS_ORIGIN[0]} / scale - x0, {README_CANVAS_ORIGIN[1]} / scale - y0];
+            c.setDirty(true, true); }}""")
         editor.page.mouse.move(0, 500)  # no hover highlight on a node
         editor.page.wait_for_timeout(1500)  # thumbnails of LoadImage and the canvas finish drawing
         shot = editor.screenshot(ARTIFACTS / f"readme-{name}-v{'.'.join(map(str, editor.version))}.png")
