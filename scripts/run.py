@@ -30,6 +30,7 @@ from ..adapters.comfy_client import (
     TimedOut,
     normalise_server,
 )
+from ..adapters.server_probe import server_version_check
 from ..checks.expect import expected_video
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph_edit import (
@@ -46,7 +47,6 @@ from ..checks.host_layout import adapt_graph
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
-from ..checks.server import server_version_check
 from ..checks.validator import load_graph_file, validate_with_rules
 from . import console
 from . import schemas as schema_src
