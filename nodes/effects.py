@@ -585,16 +585,13 @@ class H3KitEffectPrompt:
         if not in_text:
             report.set(markers_resolved_by="nothing to resolve")
             return
-        verdict = host_reads_markers_as_text(node, in_text[0])
+        verdict = host_reads_markers_as_text(node, in_text[0], report)
         if verdict is True:
             raise H3KitInputError(node, "clip", None, "this ComfyUI's MiniMax-H3 tokenizer reads embedding: markers as "
                                   "plain text (ComfyUI 0.33.0 does), so the effect would silently do nothing",
                                   FIX_EFFECT_CLIP)
         report.set(markers_resolved_by="the host's MiniMax-H3 tokenizer (checked: it parses markers)" if verdict is False
                    else "not checked")
-        if verdict is None:
-            report.fallback("no_encoder", "no clip connected and no MiniMax-H3 tokenizer in this process: cannot check "
-                            "that the markers are parsed; connect 'clip' and use the 'clip' output to be sure")
 
 
 FIX_EFFECT_CLIP = ("connect the text encoder (CLIPLoader) to this node's 'clip' input and its 'clip' output to "
@@ -622,15 +619,26 @@ def _host_h3_tokenizer(folders: tuple[str, ...]) -> Any:
     return host_module(H3_TOKENIZER_MODULE).MiniMaxH3Tokenizer(embedding_directory=list(folders))
 
 
-def host_reads_markers_as_text(node: str, marker: str | None) -> bool | None:
-    """Without a clip: does this ComfyUI's own MiniMax-H3 tokenizer turn a loadable marker into text (True), into
-    rows (False), or is there no such tokenizer / no marker to try (None)?"""
-    if marker is None or not host_loaded(H3_TOKENIZER_MODULE):
+def host_reads_markers_as_text(node: str, marker: str, report: Report) -> bool | None:
+    """Without a clip: does this ComfyUI's own MiniMax-H3 tokenizer turn a loadable marker into text (True) or into
+    rows (False)? None, with the reason as a fallback, when there is no such tokenizer or it cannot be asked."""
+    if not host_loaded(H3_TOKENIZER_MODULE):
+        report.fallback("no_encoder", "no clip connected and no MiniMax-H3 tokenizer in this process: cannot check "
+                        "that the markers are parsed; connect 'clip' and use the 'clip' output to be sure")
         return None
-    tokenizer = _host_h3_tokenizer(tuple(str(d) for d in embedding_dirs()))
-    if not effect_tokens.host_marker_rows(node, tokenizer, marker):
+    try:
+        tokenizer = _host_h3_tokenizer(tuple(str(d) for d in embedding_dirs()))
+        if not effect_tokens.host_marker_rows(node, tokenizer, marker):
+            report.fallback("no_host_rows", f"this ComfyUI's MiniMax-H3 tokenizer finds no {marker}, so whether it "
+                            "parses markers was not checked; connect 'clip' and use the 'clip' output to be sure")
+            return None
+        return not effect_tokens.outer_parses_markers(node, tokenizer, marker)
+    except H3KitInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the host's tokenizer files or library may be missing or broken
+        report.fallback("host_tokenizer", f"could not ask this ComfyUI's MiniMax-H3 tokenizer ({type(exc).__name__}: "
+                        f"{str(exc)[:160]}); connect 'clip' and use the 'clip' output to be sure")
         return None
-    return not effect_tokens.outer_parses_markers(node, tokenizer, marker)
 
 
 # ============================================================================== H3KitEffectSplice
