@@ -8,8 +8,18 @@ from typing import Any
 
 from ..checks.graph import well_formed
 from ..checks.problem import FAIL, PASS, WARN, Check
+from ..checks.schemas import server_schemas
 from ..checks.server import Disabled, comfyui_version_check, host_checks, reported_version
-from .comfy_client import ComfyClient, ComfyError
+from .comfy_client import BadResponse, ComfyClient, ComfyError
+
+
+def read_schemas(client: ComfyClient, route: str = "/object_info") -> dict[str, dict]:
+    """The server's node schemas (all, or the one node of `route` = /object_info/<type>), each entry checked
+    (checks.schemas.server_schemas) before anything is built from it."""
+    info = client.object_info() if route == "/object_info" else client.get_json(route)
+    if not isinstance(info, dict):
+        raise BadResponse(f"{client.server}{route} is not a JSON object")
+    return server_schemas(info)
 
 
 def answer_or_none(client: ComfyClient) -> Callable[[str], Any]:
@@ -30,7 +40,7 @@ def server_checks(client: ComfyClient, graph: dict | None, disabled: Disabled | 
     except ComfyError as exc:
         return [Check(FAIL, "server", str(exc), "start ComfyUI or pass the right --server URL")], None, exc.exit_code
     try:
-        object_info = client.object_info()
+        object_info = read_schemas(client)
     except ComfyError as exc:
         return [Check(PASS, "server", f"{client.server} answers /system_stats"),
                 Check(FAIL, "server", str(exc), "check the server log")], None, exc.exit_code

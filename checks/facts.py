@@ -91,6 +91,7 @@ EXIT_FAILED = 1  # the work ran and failed, or a check found a problem
 EXIT_INVALID = 2  # refused before any work: arguments, input files, validation, an output name
 EXIT_TIMEOUT = 3  # --timeout ran out (the job may still be running)
 EXIT_UNREACHABLE = 4  # the server cannot be reached
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, the shells' convention)
 EXIT_CODES = {
     EXIT_OK: "ok: done, and every check passed",
     EXIT_FAILED: "failed: the work ran and failed, or a check found a problem (an execution error, a lost job, an "
@@ -100,6 +101,7 @@ EXIT_CODES = {
                   "wrong type; a workflow that does not validate; an output that exists or has the wrong extension",
     EXIT_TIMEOUT: "timeout: --timeout ran out (run: the job may still be running, the message says so)",
     EXIT_UNREACHABLE: "server unreachable (nothing was submitted, or the connection was lost: the message says which)",
+    EXIT_INTERRUPTED: "interrupted: Ctrl-C (one line; nothing half-written is left)",
 }
 
 

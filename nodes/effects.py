@@ -50,6 +50,8 @@ NONE = "none"
 EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
 MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
 MAX_WALK_DEPTH = 32
+MAX_EFFECT_ROWS = 1024  # rows (prompt tokens) of one effect; the ten published ones total 10.7 MB (field-notes §D)
+MAX_EFFECT_HEADER_BYTES = 2**20  # an effect file's safetensors header: one tensor and a little metadata
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
 SHOT_TAG = regex(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
@@ -222,7 +224,7 @@ def _pick_tensor(names: list[str]) -> str | None:
 
 def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
     try:
-        header = read_header(path)  # the safetensors library's rules: a truncated or overlapping file is refused
+        header = read_header(path, MAX_EFFECT_HEADER_BYTES)  # the library's rules: truncated or overlapping is refused
     except (OSError, SafetensorsHeaderError) as exc:
         raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
                               "download the effect file again") from exc
@@ -240,7 +242,12 @@ def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> E
 
 
 def _legacy_tensor(node: str, input_name: str, name: str, path: Path) -> torch.Tensor:
-    """The embedding inside a .pt/.bin file, loaded without pickle code (weights_only=True)."""
+    """The embedding inside a .pt/.bin file, loaded without pickle code (weights_only=True); a file larger than
+    MAX_EFFECT_ROWS float64 rows could ever be is refused before it is loaded."""
+    most = MAX_EFFECT_ROWS * H3_WIDTH * 8 + 2**20
+    if path.stat().st_size > most:
+        raise H3KitInputError(node, input_name, name, f"the file is {path.stat().st_size:,} bytes; an effect of "
+                              f"{MAX_EFFECT_ROWS:,} rows is at most {most:,}", "use an H3 effect file")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad or unsafe file
@@ -273,6 +280,9 @@ def _checked(node: str, input_name: str, name: str, path: Path, shape: list[int]
                               f"use an effect made for MiniMax-H3 ([N, {H3_WIDTH}]); this one belongs to another model")
     if rows < 1:
         raise H3KitInputError(node, input_name, name, "the tensor has 0 rows", "use a non-empty effect file")
+    if rows > MAX_EFFECT_ROWS:
+        raise H3KitInputError(node, input_name, name, f"the tensor has {rows:,} rows; an effect has at most "
+                              f"{MAX_EFFECT_ROWS:,} (each row is one prompt token)", "use an H3 effect file")
     return EffectInfo(name, path, rows, width, dtype, tensor)
 
 

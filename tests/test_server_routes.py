@@ -16,7 +16,7 @@ from pathlib import Path
 from re import compile as regex
 
 import pytest
-from h3kit.adapters import server_routes
+from h3kit.adapters import preflight_request, server_routes
 from h3kit.checks.problem import FAIL, PASS, WARN, Check
 from h3kit.checks.validator import validate_file, validate_graph
 from h3kit.scripts import doctor
@@ -307,11 +307,11 @@ def test_post_rejects_bodies_that_are_not_a_prompt(routes, data, status):
 
 
 def test_post_refuses_oversized_bodies_and_graphs(routes, monkeypatch):
-    monkeypatch.setattr(server_routes, "MAX_BODY_BYTES", 1000)
-    got, _ = call(routes, "POST", "/h3kit/preflight", data=b"x" * 1001)
+    monkeypatch.setattr(preflight_request, "MAX_BODY_BYTES", 1000)
+    got, _ = call(routes, "POST", "/h3kit/preflight", data=b"x" * 1001, headers={"Content-Type": "application/json"})
     assert got == 413
-    monkeypatch.setattr(server_routes, "MAX_BODY_BYTES", 10**6)
-    monkeypatch.setattr(server_routes, "MAX_NODES", 3)
+    monkeypatch.setattr(preflight_request, "MAX_BODY_BYTES", 10**6)
+    monkeypatch.setattr(preflight_request, "MAX_NODES", 3)
     demo = shipped("h3kit_handoff_demo")
     got, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": demo})
     assert got == 413 and f"{len(demo)} nodes" in json.loads(body)["error"]
