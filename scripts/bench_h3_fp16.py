@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,11 +39,11 @@ OUTLIERS = (7, 1201, 2999, 4000)
 PROJECTIONS = ("attn.qkv_proj", "attn.out_proj", "mlp.fc1", "mlp.fc2")
 
 
-def load_host(comfyui: str):
+def load_host(comfyui: str, device: str):
     sys.path.insert(0, comfyui)
     from comfy.cli_args import args
 
-    args.cpu = True  # model_management reads this at import: never touch a GPU here
+    args.cpu = device == "cpu"  # model_management reads this at import
     import comfy.ldm.minimax.model as h3
     import comfy.ops
     return h3, comfy.ops
@@ -109,7 +110,7 @@ class PartMax:
             handle.remove()
 
 
-def run_variant(h3, torch, block, turing, name, x, t_emb, segments, angles):
+def run_variant(h3, torch, block, turing, name, x, t_emb, segments, angles, device, reps=1):
     ledger = None
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "mixed": torch.float32}[name]
     if name == "mixed":
@@ -118,10 +119,17 @@ def run_variant(h3, torch, block, turing, name, x, t_emb, segments, angles):
             module = getattr(block, sub)
             module.forward = turing.H3Fp16Sublayer(type(module).forward.__get__(module), sub, ledger)
     try:
-        start = time.perf_counter()
-        with torch.inference_mode():
-            out = block(x.to(dtype).clone(), t_emb, segments, h3.rope_rotation_table(angles, dtype))
-        seconds = time.perf_counter() - start
+        x, t_emb, angles = x.to(device), t_emb.to(device), angles.to(device)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        times = []
+        for _ in range(reps):  # the first run of each variant warms up when reps > 1; the median is reported
+            sync()
+            start = time.perf_counter()
+            with torch.inference_mode():
+                out = block(x.to(dtype).clone(), t_emb, segments, h3.rope_rotation_table(angles, dtype))
+            sync()
+            times.append(time.perf_counter() - start)
+        seconds = statistics.median(times[1:] if len(times) > 1 else times)
     finally:
         if name == "mixed":
             del block.attn.forward, block.mlp.forward
@@ -135,20 +143,24 @@ def main() -> int:
     parser.add_argument("--cases", default="1:1,1024:1,4096:1,1:16,1:64",
                         help="comma list of residual_rms:weight_gain (gain a power of two)")
     parser.add_argument("--variants", default="fp32,bf16,fp16,mixed")
+    parser.add_argument("--device", default="cpu", help="cpu (the documented run) or cuda")
+    parser.add_argument("--reps", type=int, default=1, help="runs per variant; with more than one, the first warms "
+                        "up and the median of the rest is reported")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if not args.comfyui:
         parser.error("--comfyui (or COMFYUI_DIR) is required")
-    h3, ops = load_host(args.comfyui)
+    h3, ops = load_host(args.comfyui, args.device)
     import torch
 
+    device = torch.device(args.device)
     turing = load_turing_adapter()
     env = {"date": datetime.date.today().isoformat(), "machine": platform.processor() or platform.machine(),
            "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-           "comfyui": args.comfyui, "tokens": args.tokens, "command": " ".join(sys.argv),
+           "comfyui": args.comfyui, "tokens": args.tokens, "device": args.device, "command": " ".join(sys.argv),
            "block": f"DiTBlock({HIDDEN}, {HEADS}x{HEAD_DIM}, ffn {FFN}, curve adaLN t_dim {T_DIM})"}
     print(json.dumps(env), flush=True)
-    block = build_block(h3, ops, torch)
+    block = build_block(h3, ops, torch).to(device)
     rows = []
     for case in args.cases.split(","):
         rms, gain = (float(v) for v in case.split(":"))
@@ -158,7 +170,7 @@ def main() -> int:
                 block.get_submodule(layer).weight.mul_(gain)
         try:
             parts = PartMax(block)
-            reference, _s, _l = run_variant(h3, torch, block, turing, "fp32", x, t_emb, segments, angles)
+            reference, _s, _l = run_variant(h3, torch, block, turing, "fp32", x, t_emb, segments, angles, device)
             parts.close()
             maxima = {"residual in": float(x.abs().max()), **parts.seen,
                       "residual out": float(reference.abs().max())}
@@ -166,12 +178,14 @@ def main() -> int:
                 if name == "fp32":
                     out, seconds, ledger = reference, None, None
                 else:
-                    out, seconds, ledger = run_variant(h3, torch, block, turing, name, x, t_emb, segments, angles)
+                    out, seconds, ledger = run_variant(h3, torch, block, turing, name, x, t_emb, segments, angles,
+                                                     device, args.reps)
                 finite = bool(torch.isfinite(out).all())
                 rel = float((out - reference).norm() / reference.norm()) if finite else None
                 # the block's own contribution (out - its input x): the residual passes through, so this is what
                 # attention and feed-forward added (plus the rounding of the residual add in that dtype)
                 start = x.to({"bf16": torch.bfloat16, "fp16": torch.float16}.get(name, torch.float32)).float()
+                out, reference = out.cpu(), reference.cpu()
                 update = (out - start) if finite else None
                 rel_update = float((update - (reference - x)).norm() / (reference - x).norm()) if finite else None
                 row = {"rms": rms, "gain": gain, "variant": name, "finite": finite, "rel_l2_vs_fp32": rel,
