@@ -4,23 +4,29 @@
   (``absent``: nodes the frontend leaves out of the prompt because this host lacks their type) answers the
   PASS/WARN/FAIL checks of ``checks.workflow.preflight_checks`` (what ``validate``/``doctor --workflow`` and
   H3KitPreflight run) against this server's own node schemas, registered nodes and model folders, plus this
-  server's environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends).
-  web/h3kit_preflight.js calls it before it queues a graph that holds an H3 or LTX node.
+  server's environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends). The checks judge the
+  graph moved to this host's input layout (``checks.host_layout``: SaveVideo's three layouts); when that changed
+  anything the answer carries ``"adapted": {"prompt", "changes"}`` and the editor queues that prompt and shows the
+  changes. web/h3kit_preflight.js calls it before it queues a graph that holds an H3 or LTX node.
+- An on-prompt handler (``adapt_queued_prompt``) moves every queued prompt, from any client, to this host's input
+  layout before ComfyUI validates it, and logs each change.
 - ``GET /h3kit/preflight`` tells the extension which node types it watches.
 - ``GET /workflow_templates/<this pack's folder>/<file>``: the template browser lists the pack's workflows
   from every host, but some hosts (the installable ComfyUI 0.12 fork) never register the static route that
   serves them, so opening one answered 404. Where the host does serve them, its route was registered first
   and answers; this one only fills the gap.
 
-``register_routes()`` adds them to ``PromptServer.instance.routes`` when ComfyUI's server module is loaded;
+``register_routes()`` adds them to ``PromptServer.instance.routes`` (and the handler with
+``add_on_prompt_handler``) when ComfyUI's server module is loaded;
 importing this module imports neither ComfyUI nor aiohttp, so the pack and its tests import it anywhere.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +34,7 @@ from typing import Any
 
 from ..checks.environment import kitchen_version, local_checks
 from ..checks.graph import is_link
+from ..checks.host_layout import Adaptation, adapt_graph
 from ..checks.invocation import command
 from ..checks.problem import FAIL, PASS, WARN, Check
 from ..checks.schemas import class_info, providing_pack
@@ -35,13 +42,13 @@ from ..checks.server import comfyui_version_check
 from ..checks.validator import declared_inputs
 from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
 from ..nodes.common import LOG, log_once
+from . import preflight_request
 from .host import comfyui_version, host_loaded, host_module
+from .preflight_request import MAX_NODES, RequestRefused, prompt_graph, read_json
 
 PREFLIGHT_ROUTE = "/h3kit/preflight"
 # The graphs the editor checks before queueing: any H3Kit node, core MiniMax-H3 node or LTX(-AV) node.
 WATCHED_NODE_PATTERN = r"^(H3Kit|MiniMaxH3|EmptyMiniMaxH3|LTXV|LTXAV)"
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a 10 000-node graph with long prompts is ~10 MB
-MAX_NODES = 10_000
 WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / "workflows"
 TEMPLATE_SUFFIXES = {".json", ".jpg", ".jpeg", ".png", ".webp"}
 STATUS_ORDER = (PASS, WARN, FAIL)
@@ -102,17 +109,33 @@ def with_absent_nodes(graph: dict, absent: Any) -> dict:
     return {**graph, **added}
 
 
-def preflight_report(graph: Any, host_for: Callable[[dict], HostView]) -> dict[str, Any]:
-    """The route's JSON answer: the worst status, counts, and every check (node_id where one applies)."""
+def preflight_report(graph: Any, host_for: Callable[[dict], HostView], absent: Any = None) -> dict[str, Any]:
+    """The route's JSON answer: the worst status, counts, and every check (node_id where one applies), judged on
+    the graph adapted to this host's input layout (checks.host_layout). When the adaptation changed anything,
+    "adapted" holds the prompt to queue instead and each change ({node_id, class_type, from, to, value, text});
+    `absent`: {id: type} of the nodes the frontend left out (checked as missing, never part of the prompt)."""
     if not isinstance(graph, dict) or not graph or not all(isinstance(n, dict) for n in graph.values()):
         checks = [Check(FAIL, "workflow", "not an API-format graph (a JSON object of nodes)",
                         "send the graph the frontend queues: {\"prompt\": app.graphToPrompt().output}")]
+        adaptation = None
     else:
-        checks = preflight_checks(graph, host_for(graph))
+        full = with_absent_nodes(graph, absent)
+        host = host_for(full)
+        adaptation = adapt_graph(graph, host.schemas)
+        checks = [*adaptation_checks(adaptation), *preflight_checks(with_absent_nodes(adaptation.graph, absent), host)]
     counts = {status: sum(c.status == status for c in checks) for status in STATUS_ORDER}
     worst = max((c.status for c in checks), key=STATUS_ORDER.index, default=PASS)
-    return {"status": worst, "fail": counts[FAIL], "warn": counts[WARN], "pass": counts[PASS],
-            "checks": [check_item(c) for c in checks]}
+    report = {"status": worst, "fail": counts[FAIL], "warn": counts[WARN], "pass": counts[PASS],
+              "checks": [check_item(c) for c in checks]}
+    if adaptation is not None and adaptation.changes:
+        report["adapted"] = {"prompt": adaptation.graph, "changes": [c.as_dict() for c in adaptation.changes]}
+    return report
+
+
+def adaptation_checks(adaptation: Adaptation) -> list[Check]:
+    """One PASS line per moved input: what the queued prompt differs in from the graph on the canvas."""
+    return [Check(PASS, "adapted", change.text(), node_id=change.node_id, input=change.new_key)
+            for change in adaptation.changes]
 
 
 # --- the ComfyUI this process runs in --------------------------------------------------------------
@@ -182,27 +205,29 @@ async def describe_preflight(request: Any) -> Any:
     return web.json_response({"route": PREFLIGHT_ROUTE, "watch": WATCHED_NODE_PATTERN})
 
 
+@lru_cache(maxsize=1)
+def _checker() -> ThreadPoolExecutor:
+    """One thread for the checks: ComfyUI's event loop keeps serving while a graph is checked, and graphs sent
+    faster than they are checked wait in line (each within CHECK_S) instead of taking every core."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3kit-preflight")
+
+
 async def handle_preflight(request: Any) -> Any:
+    """The editor's check: the body's transport and shape by adapters/preflight_request.py (400/413 with the
+    reason), then the checks of `preflight_report`."""
     from aiohttp import web
 
     started = time.perf_counter()
-    fix = 'POST {"prompt": <API-format graph>} as the frontend sends to /prompt'
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        return _error(web, 413, f"body of {request.content_length} bytes is over {MAX_BODY_BYTES}", fix)
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        return _error(web, 413, f"body is over {MAX_BODY_BYTES} bytes", fix)
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _error(web, 400, f"body is not JSON ({exc})", fix)
-    graph = body.get("prompt") if isinstance(body, dict) else None
-    if not isinstance(graph, dict):
-        return _error(web, 400, "no 'prompt' object in the body", fix)
-    if len(graph) > MAX_NODES:
-        return _error(web, 413, f"graph has {len(graph)} nodes, over {MAX_NODES}", "check a smaller graph")
+        graph, absent = prompt_graph(await read_json(request))
+    except RequestRefused as refused:
+        return _error(web, refused.status, refused.message, refused.fix)
     try:
-        report = preflight_report(with_absent_nodes(graph, body.get("absent")), comfyui_host)
+        report = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+            _checker(), preflight_report, graph, comfyui_host, absent), preflight_request.CHECK_S)
+    except asyncio.TimeoutError:
+        return _error(web, 413, f"the graph could not be checked within {preflight_request.CHECK_S:.0f} s",
+                      f"check a smaller graph, or run `{command('validate FILE')}` on the exported API graph")
     except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
         LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
         return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {exc})",
@@ -230,6 +255,28 @@ async def serve_template(request: Any) -> Any:
     return web.FileResponse(path)
 
 
+def adapt_queued_prompt(json_data: Any) -> Any:
+    """ComfyUI's on-prompt handler: a prompt queued by any client (the editor, a script, another tool) is moved to
+    this host's input layout before ComfyUI validates it (checks.host_layout), so SaveVideo's keys from another
+    ComfyUI version no longer pass /prompt and die after rendering. Only keys move, never values; each change is
+    logged. A prompt that is not an API graph is passed on untouched for ComfyUI to refuse."""
+    graph = json_data.get("prompt") if isinstance(json_data, dict) else None
+    if not isinstance(graph, dict) or not graph or len(graph) > MAX_NODES:
+        return json_data
+    try:
+        types = [n.get("class_type") for n in graph.values() if isinstance(n, dict) and isinstance(n.get("class_type"), str)]
+        schemas, _ = node_schemas(served_node_classes(), types)
+        adaptation = adapt_graph(graph, schemas)
+    except Exception:  # noqa: BLE001 - never block a prompt on our side; ComfyUI validates it as sent
+        LOG.error("H3Kit: could not adapt a queued prompt to this ComfyUI's input layout; it is queued as sent",
+                  exc_info=True)
+        return json_data
+    if adaptation.changes:
+        LOG.warning("H3Kit adapted a queued prompt to this ComfyUI's input layout: %s", adaptation.summary())
+        json_data = {**json_data, "prompt": adaptation.graph}
+    return json_data
+
+
 def register_routes(pack_folder: str) -> bool:
     """Add the routes to the running ComfyUI's PromptServer; False (logged once) when there is none."""
     if not host_loaded("server"):
@@ -247,4 +294,16 @@ def register_routes(pack_folder: str) -> bool:
     except Exception:  # noqa: BLE001 - a host whose router refuses a route must still load the nodes
         LOG.error("H3Kit: could not register the pack's HTTP routes; the editor preflight is off", exc_info=True)
         return False
+    register_prompt_adapter(prompt_server)
+    return True
+
+
+def register_prompt_adapter(prompt_server: Any) -> bool:
+    """Install adapt_queued_prompt as an on-prompt handler; False (logged once) where the host has no such hook."""
+    add = getattr(prompt_server, "add_on_prompt_handler", None)
+    if not callable(add):
+        log_once("prompt_adapter", "H3Kit: this ComfyUI has no on-prompt handlers, so prompts queued by other clients "
+                 "are not adapted to its input layout; `python -m h3kit run` and the editor's preflight still adapt")
+        return False
+    add(adapt_queued_prompt)
     return True

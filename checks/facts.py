@@ -15,6 +15,10 @@ from re import compile as regex
 H3_LENGTH_MIN = 5
 H3_LENGTH_STEP = 17  # H3 drafts sit on the 17k+5 frame grid: 5, 22, 39 ... 124 ... 362
 H3_LENGTH_MAX = 362  # 15.08 s at 24 fps: the longest clip H3 was trained for (field-notes §C2)
+# What the host accepts: the `length` input of MiniMaxH3ImageToVideo / ReferenceToVideo / EmptyMiniMaxH3LatentAV
+# goes up to 3600 (ComfyUI 0.33.0 comfy_extras/nodes_minimax_h3.py; tooltip "trained range is ~124-362, longer is
+# untested"). Above H3_LENGTH_MAX is a warning, above this the host refuses the prompt.
+H3_LENGTH_HOST_MAX = 3600
 LTX_FRAME_STEP = 8  # LTX-2.5 takes 8n+1 frames
 FRAME_POLICIES = ("trim_to_8n_plus_1", "pad_to_8n_plus_1", "strict")
 
@@ -33,6 +37,15 @@ SIGMA_SCHEDULES: dict[str, tuple[float, ...]] = {
 DEFAULT_SCHEDULE = "identity_0.78"
 MANUAL_SCHEDULE = "manual"
 SIGMA_EXAMPLE = "0.78, 0.643, 0.546, 0"
+
+# ------------------------------------------------------------------------------------ Ref2VA references
+# The Autogrow slots of MiniMaxH3ReferenceToVideo (ComfyUI 0.33.0 comfy_extras/nodes_minimax_h3.py, `max` of each
+# TemplatePrefix). Each soundtrack ref_video_audio_N belongs to ref_video_N (the host looks it up by that number).
+H3_REF_SLOTS = {"ref_images": 9, "ref_videos": 3, "ref_video_audios": 3, "ref_audios": 3}
+# What the Ref2VA checkpoint is documented for (field-notes §C1): at most 3 audio clips (soundtracks and standalone
+# audio together) and 12 reference files in all. The host accepts more; beyond these is untested (a warning).
+H3_REF_AUDIO_CLIPS_MAX = 3
+H3_REF_FILES_MAX = 12
 
 # ------------------------------------------------------------------------------------- text embeddings
 H3_EMBEDDING_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
@@ -65,6 +78,7 @@ EXIT_FAILED = 1  # the work ran and failed, or a check found a problem
 EXIT_INVALID = 2  # refused before any work: arguments, input files, validation, an output name
 EXIT_TIMEOUT = 3  # --timeout ran out (the job may still be running)
 EXIT_UNREACHABLE = 4  # the server cannot be reached
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, the shells' convention)
 EXIT_CODES = {
     EXIT_OK: "ok: done, and every check passed",
     EXIT_FAILED: "failed: the work ran and failed, or a check found a problem (an execution error, a lost job, an "
@@ -74,6 +88,7 @@ EXIT_CODES = {
                   "wrong type; a workflow that does not validate; an output that exists or has the wrong extension",
     EXIT_TIMEOUT: "timeout: --timeout ran out (run: the job may still be running, the message says so)",
     EXIT_UNREACHABLE: "server unreachable (nothing was submitted, or the connection was lost: the message says which)",
+    EXIT_INTERRUPTED: "interrupted: Ctrl-C (one line; nothing half-written is left)",
 }
 
 

@@ -11,8 +11,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..adapters.files import open_regular
+
 HEAD_BYTES = 4096  # enough for every signature below and a safetensors header's first key
-MAX_SAFETENSORS_HEADER = 100 * 2**20  # the safetensors library's own limit on the JSON header
+MAX_SAFETENSORS_HEADER = 100_000_000  # the safetensors library's own limit on the JSON header (MAX_HEADER_SIZE)
 
 
 @dataclass(frozen=True)
@@ -117,9 +119,10 @@ def sniff(head: bytes) -> FileKind:
 
 
 def sniff_file(path: Path | str) -> FileKind | None:
-    """The kind of the file at `path`, or None when it cannot be opened (the caller reports the OSError)."""
+    """The kind of the file at `path`, or None when it cannot be opened or is not a regular file (a FIFO or a
+    device is never read: it would block or never end; the caller reports why)."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             return sniff(handle.read(HEAD_BYTES))
     except OSError:
         return None

@@ -12,6 +12,7 @@ from pathlib import Path
 from re import compile as regex
 from typing import Any
 
+from ..adapters.files import regular_file_problem
 from ..adapters.safetensors_file import SafetensorsHeaderError as HeaderError
 from ..adapters.safetensors_file import read_header as read_safetensors_header
 from .facts import H3_EMBEDDING_WIDTH
@@ -160,19 +161,19 @@ def safetensors_lint(locate: Callable[[str, str], Path | None]) -> Callable[[dic
 
 def folder_locator(models_dir: Path) -> Callable[[str, str], Path | None]:
     """locate() over a ComfyUI models/ folder; names never escape their folder."""
-    root = Path(models_dir).resolve()
+    root = Path(models_dir)
 
     def locate(folder: str, name: str) -> Path | None:
         if not name.isprintable():  # NUL or control characters: no file has that name (the validator says so)
             return None
         for sub in FOLDER_ALIASES.get(folder, (folder,)):
-            base = (root / sub).resolve()
             try:
+                base = (root / sub).resolve()
                 candidate = (base / name).resolve()
-                if base in candidate.parents and candidate.is_file():
+                if base in candidate.parents and regular_file_problem(candidate) is None:
                     return candidate
-            except (OSError, ValueError):  # a name too long for the file system is no file either
-                continue
+            except (OSError, RuntimeError, ValueError):  # a link loop (RuntimeError before Python 3.13, OSError
+                continue  # after), a name too long for the file system: no file either
         return None
 
     return locate

@@ -16,6 +16,8 @@ from . import facts
 from .graph import (
     UNKNOWN,
     class_of,
+    inputs_of,
+    is_link,
     model_upstream,
     nodes_of,
     resolved,
@@ -168,6 +170,88 @@ def lint_effect_marker_position(graph: dict, schemas: dict) -> list[Problem]:
     return problems
 
 
+EFFECT_PROMPT = "H3KitEffectPrompt"
+H3_PROMPT_NODES = ("MiniMaxH3ImageToVideo", "MiniMaxH3ReferenceToVideo")
+EFFECT_PROMPT_CLIP_OUTPUT = 2  # H3KitEffectPrompt's CLIP output: the encoder whose tokenizer resolves the markers
+FIX_EFFECT_CLIP = (f"connect the text encoder (CLIPLoader) to {EFFECT_PROMPT}'s 'clip' input and its 'clip' output "
+                   "to this node's 'clip'")
+WHY_LITERAL = ("ComfyUI 0.33.0's MiniMax-H3 tokenizer reads embedding: markers as plain text, so the effect silently "
+               "does nothing there")
+
+
+def _links_to(graph: dict, node_id: str, output: int) -> list[tuple[str, dict]]:
+    """Nodes with an input wired to output `output` of `node_id`."""
+    return [(str(cid), consumer) for cid, consumer in graph.items() if isinstance(consumer, dict)
+            and any(is_link(v) and str(v[0]) == node_id and v[1] == output for v in inputs_of(consumer).values())]
+
+
+def effect_prompt_wiring(graph: dict, node_id: str) -> list[Problem]:
+    """F15 family: the prompt of H3KitEffectPrompt `node_id` must be encoded by the CLIP it hands out, or its markers
+    meet a tokenizer H3Kit did not prepare (plain text on ComfyUI 0.33.0, and `strength` is not applied)."""
+    node = graph.get(node_id)
+    if not isinstance(node, dict):
+        return []
+    has_clip = is_link(inputs_of(node).get("clip"))
+    users = _links_to(graph, node_id, EFFECT_PROMPT_CLIP_OUTPUT)
+    problems = [Problem(cid, consumer.get("class_type", "?"), "clip", [node_id, EFFECT_PROMPT_CLIP_OUTPUT],
+                        f"takes {EFFECT_PROMPT}'s clip output (node {node_id}), but that node has no text encoder on "
+                        "its 'clip' input, so the output is empty", f"connect the text encoder (CLIPLoader) to node "
+                        f"{node_id}'s 'clip' input") for cid, consumer in users if not has_clip]
+    if not _adds_markers(node):
+        return problems
+    for cid, consumer in _links_to(graph, node_id, 0):
+        clip = inputs_of(consumer).get("clip")
+        if not is_link(clip):
+            continue  # not an encoder (PreviewAny, a string node), or a malformed link the schema check reports
+        ours = str(clip[0]) == node_id and clip[1] == EFFECT_PROMPT_CLIP_OUTPUT
+        if ours:
+            continue
+        ct = consumer.get("class_type", "?")
+        if has_clip:
+            problems.append(Problem(
+                cid, ct, "clip", clip,
+                f"takes its prompt from {EFFECT_PROMPT} (node {node_id}) but its clip from node {clip[0]}, not from "
+                f"{EFFECT_PROMPT}'s clip output: the markers reach a tokenizer H3Kit did not prepare ({WHY_LITERAL}) "
+                "and the effect strength is not applied",
+                f"connect node {node_id}'s 'clip' output to this node's 'clip'"))
+        else:
+            problems.append(Problem(
+                node_id, EFFECT_PROMPT, "clip", None,
+                f"no text encoder connected, so node {cid} ({ct}) encodes the markers with its own tokenizer; "
+                f"{WHY_LITERAL} (the node stops with an error on such a host)", FIX_EFFECT_CLIP, severity="warning"))
+    return problems
+
+
+def _adds_markers(node: dict) -> bool:
+    """An effect chosen (or not a literal 'none'), or a marker in a literal prompt."""
+    inputs = inputs_of(node)
+    chosen = any(inputs.get(name, "none") != "none" for name in ("effect", "effect_2", "effect_3"))
+    prompt = inputs.get("prompt")
+    return chosen or not isinstance(prompt, str) or EMBEDDING_MARKER in prompt
+
+
+def _typed_markers(graph: dict) -> list[Problem]:
+    """Markers typed straight into an H3 encoding node whose clip H3Kit did not prepare."""
+    problems = []
+    for nid, node in nodes_of(graph, *H3_PROMPT_NODES):
+        inputs = inputs_of(node)
+        prompt, clip = inputs.get("prompt"), inputs.get("clip")
+        prepared = is_link(clip) and class_of(graph, str(clip[0])) == EFFECT_PROMPT
+        if isinstance(prompt, str) and re.search(r"(?:^|\s)embedding:\S", prompt) and not prepared:
+            problems.append(Problem(
+                nid, node["class_type"], "prompt", prompt[:60],
+                f"F15: an embedding: marker typed into the prompt; {WHY_LITERAL}",
+                f"write the prompt in {EFFECT_PROMPT} (choose the effect there) and feed this node its prompt and "
+                "clip outputs", severity="warning"))
+    return problems
+
+
+def lint_effect_markers_reach_the_encoder(graph: dict, schemas: dict) -> list[Problem]:
+    """F15 family: every H3KitEffectPrompt's markers are encoded through its CLIP output; typed markers are flagged."""
+    return [p for nid, _ in nodes_of(graph, EFFECT_PROMPT) for p in effect_prompt_wiring(graph, nid)] + \
+        _typed_markers(graph)
+
+
 # --- sampler / LoRA family (F27) ----------------------------------------------------------------
 
 LORA_FAMILIES = (
@@ -272,6 +356,7 @@ GRAPH_LINTS: list[Callable[[dict, dict], list[Problem]]] = [
     lint_refine_first_sigma,
     lint_spectrum_warmup,
     lint_effect_marker_position,
+    lint_effect_markers_reach_the_encoder,
     lint_sampler_lora_family,
     lint_ltx_image_to_video_size,
     lint_lengths,

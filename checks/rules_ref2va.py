@@ -10,6 +10,8 @@ references never arrive and the node runs without them. Each rule: (graph, schem
 from __future__ import annotations
 
 import json
+import re
+from re import compile as regex
 
 from .graph import input_kind, is_link
 from .problem import Problem
@@ -20,14 +22,19 @@ VISUAL_GROUPS = ("ref_images", "ref_videos")
 AUDIO_GROUPS = ("ref_video_audios", "ref_audios")
 
 
+AUTOGROW_KINDS = ("AUTOGROW", "COMFY_AUTOGROW_V3")  # the pinned schemas' name, and what /object_info serves
+
+
 def autogrow_groups(info: dict) -> dict[str, dict]:
-    """{group name: options} for every Autogrow input of a node schema."""
+    """{group name: {"prefix", "min", "max", ...}} for every Autogrow input of a node schema, in either layout:
+    pinned (options at the top level) or served by /object_info (ComfyUI 0.33.0: under "template")."""
     groups = {}
     for section in ("required", "optional"):
         for name, spec in info.get("input", {}).get(section, {}).items():
             kind, opts = input_kind(spec)
-            if kind == "AUTOGROW":
-                groups[name] = opts
+            if kind in AUTOGROW_KINDS:
+                template = opts.get("template") if isinstance(opts.get("template"), dict) else {}
+                groups[name] = {**template, **{k: v for k, v in opts.items() if k != "template"}}
     return groups
 
 
@@ -74,8 +81,54 @@ def lint_autogrow_api_form(graph: dict, schemas: dict) -> list[Problem]:
     return problems
 
 
+def slot_prefix(group: str) -> str:
+    """The host's slot prefix of a reference group: ref_images -> ref_image_ (TemplatePrefix in the core node)."""
+    return group[:-1] + "_"
+
+
+def slot_numbers(node: dict, group: str) -> set[int]:
+    """The slot numbers N of the `group.<prefix>N` keys wired to a link (the host's own numbering of the slots).
+    Misspelled keys are not slots (lint_autogrow_api_form reports them)."""
+    pattern = regex(re.escape(f"{group}.{slot_prefix(group)}") + r"(\d+)")
+    numbers = set()
+    for name, value in node.get("inputs", {}).items():
+        match = pattern.fullmatch(name)
+        if match and is_link(value):
+            numbers.add(int(match.group(1)))
+    return numbers
+
+
 def connected_slots(node: dict, group: str) -> int:
-    return sum(1 for name, value in node.get("inputs", {}).items() if name.startswith(group + ".") and is_link(value))
+    return len(slot_numbers(node, group))
+
+
+def paired_soundtracks(node: dict) -> tuple[set[int], set[int]]:
+    """(soundtrack slots whose video slot of the same number is wired, soundtrack slots without one). The host looks
+    up `ref_video_audio_<N>` for each connected `ref_video_<N>`; a soundtrack without its video is never read."""
+    videos, soundtracks = slot_numbers(node, "ref_videos"), slot_numbers(node, "ref_video_audios")
+    return soundtracks & videos, soundtracks - videos
+
+
+def lint_ref2va_soundtrack_pairing(graph: dict, schemas: dict) -> list[Problem]:
+    """A soundtrack whose video is not wired at the same number is dropped by the host without a word."""
+    problems = []
+    for nid, node in graph.items():
+        if not isinstance(node, dict) or node.get("class_type") != REF2VA:
+            continue
+        videos = slot_numbers(node, "ref_videos")
+        free = sorted(videos - slot_numbers(node, "ref_video_audios"))  # wired videos without a soundtrack
+        for number in sorted(paired_soundtracks(node)[1]):
+            name = f"ref_video_audios.ref_video_audio_{number}"
+            where = f"videos are wired at {', '.join(f'ref_video_{v}' for v in sorted(videos))}" if videos else \
+                "no video is wired"
+            fix = (f"move it to ref_video_audios.ref_video_audio_{free[0]} if it is the soundtrack of ref_video_"
+                   f"{free[0]}, or " if free else "")
+            problems.append(Problem(
+                str(nid), REF2VA, name, node["inputs"].get(name),
+                f"soundtrack slot {number} has no video at ref_videos.ref_video_{number} ({where}): the host pairs "
+                "each soundtrack with the video of the same number and drops this one without an error",
+                fix + "wire it as standalone audio (ref_audios.ref_audio_<k>)"))
+    return problems
 
 
 def lint_ref2va_prompt_counts(graph: dict, schemas: dict) -> list[Problem]:
@@ -91,14 +144,18 @@ def lint_ref2va_prompt_counts(graph: dict, schemas: dict) -> list[Problem]:
         if pnode.get("class_type") != PROMPT_NODE:
             continue
         pinputs = pnode.get("inputs", {})
-        for group in (*VISUAL_GROUPS, *AUDIO_GROUPS):
-            wired, declared = connected_slots(node, group), pinputs.get(group, 0)
-            if isinstance(declared, int) and declared != wired:
+        wired = {group: connected_slots(node, group) for group in (*VISUAL_GROUPS, *AUDIO_GROUPS)}
+        wired["ref_video_audios"] = len(paired_soundtracks(node)[0])  # only soundtracks the host pairs count
+        for group, count in wired.items():
+            declared = pinputs.get(group, 0)
+            if isinstance(declared, int) and not isinstance(declared, bool) and declared != count:
+                what = ("soundtracks paired with a wired video of the same number" if group == "ref_video_audios"
+                        else f"{group} connected")
                 problems.append(Problem(
                     pid, PROMPT_NODE, group, declared,
-                    f"says {declared} {group} but node {nid} ({REF2VA}) has {wired} connected; the label checks "
+                    f"says {declared} {group} but node {nid} ({REF2VA}) has {count} {what}; the label checks "
                     "run against the wrong count",
-                    f"set {group} to {wired}"))
+                    f"set {group} to {count}"))
         length, ref_length = pinputs.get("length"), node.get("inputs", {}).get("length")
         if isinstance(length, int) and isinstance(ref_length, int) and length != ref_length:
             problems.append(Problem(
@@ -108,4 +165,4 @@ def lint_ref2va_prompt_counts(graph: dict, schemas: dict) -> list[Problem]:
     return problems
 
 
-REF2VA_RULES = [lint_autogrow_api_form, lint_ref2va_prompt_counts]
+REF2VA_RULES = [lint_autogrow_api_form, lint_ref2va_soundtrack_pairing, lint_ref2va_prompt_counts]

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..adapters.comfy_client import ComfyClient, ComfyError
+from ..adapters.comfy_client import BadResponse, ComfyClient, ComfyError
 from ..adapters.host import host_loaded, parse_version
 from .environment import cuda_major_from_torch_tag
 from .facts import (
@@ -24,7 +24,7 @@ from .model_files import folder_name, how_to_get
 from .problem import FAIL, PASS, WARN, Check
 from .rules_files import model_inputs
 from .rules_lints import SAMPLER_NODES, is_refine, sigmas_of
-from .schemas import core_document, core_since, providing_pack, unknown_node_advice
+from .schemas import core_document, core_since, providing_pack, server_schemas, unknown_node_advice
 
 GUARD_NODE = "H3KitLatentGuard"  # with a 'reference', its correlation check stops a garbage refine (F01)
 MINIMUM = version_text(MIN_COMFYUI)
@@ -213,7 +213,7 @@ def server_checks(client: ComfyClient, graph: dict | None, disabled: Disabled | 
     devices = stats.get("devices", []) if isinstance(stats, dict) else []
     names = ", ".join(str(d.get("name")) for d in devices if isinstance(d, dict)) if isinstance(devices, list) else ""
     try:
-        object_info = client.object_info()
+        object_info = read_schemas(client)
     except ComfyError as exc:
         return [Check(PASS, "server", f"{client.server} answers /system_stats"),
                 Check(FAIL, "server", str(exc), "check the server log")], None, exc.exit_code
@@ -225,6 +225,15 @@ def server_checks(client: ComfyClient, graph: dict | None, disabled: Disabled | 
         checks += missing_node_checks(graph, object_info, disabled, pack_of)
         checks += model_file_checks(graph, object_info, client.get_json)
     return checks, object_info, 0
+
+
+def read_schemas(client: ComfyClient, route: str = "/object_info") -> dict[str, dict]:
+    """The server's node schemas (all, or the one node of `route` = /object_info/<type>), each entry checked
+    (checks.schemas.server_schemas) before anything is built from it."""
+    info = client.object_info() if route == "/object_info" else client.get_json(route)
+    if not isinstance(info, dict):
+        raise BadResponse(f"{client.server}{route} is not a JSON object")
+    return server_schemas(info)
 
 
 def server_version_check(client: ComfyClient, graph: dict | None, object_info: dict) -> Check:

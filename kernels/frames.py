@@ -117,6 +117,14 @@ def correlation(a: torch.Tensor, b: torch.Tensor) -> float | None:
     return float((x * y).sum()) / denom
 
 
+def nonfinite_count(tensor: torch.Tensor) -> int:
+    """NaN and Inf values in `tensor`, counted one slice of the first dimension at a time (no full-size mask)."""
+    if not tensor.is_floating_point():
+        return 0
+    parts = tensor if tensor.ndim > 1 else (tensor,)
+    return sum(int((~torch.isfinite(part)).sum()) for part in parts)
+
+
 @dataclass
 class FrameScan:
     frames: int

@@ -1,15 +1,19 @@
 """Effect embeddings for MiniMax-H3: put `embedding:<name>` where it takes effect, and prove the rows went in.
 
-H3KitEffectPrompt   prompt text -> prompt with `embedding:<name>` markers placed mid-sentence (never the first
-                    token, F15), after checking every effect file: it exists in an embeddings folder, holds one
-                    2-D [N, 5120] tensor (the Qwen3-VL-32B token width) and is not truncated.
+H3KitEffectPrompt   prompt text (+ CLIP) -> prompt with `embedding:<name>` markers placed mid-sentence (never the
+                    first token, F15), after checking every effect file: it exists in an embeddings folder, holds
+                    one 2-D [N, 5120] tensor (the Qwen3-VL-32B token width) and is not truncated; and a copy of the
+                    CLIP whose tokenizer resolves the markers (effect_tokens.py), cross-checked against the rows the
+                    encoder's own embedding loader reads. Without a CLIP it checks that this ComfyUI's MiniMax-H3
+                    tokenizer parses markers at all, and stops where it would read them as text.
 H3KitEffectSplice   CLIP + prompt + effect -> CONDITIONING with the N rows spliced into the token list at the chosen
                     position, verified against what others produced: the encoder's output positions and width,
-                    and the encoder's own tokenizer loading the same rows for `embedding:<name>`.
+                    and the encoder's own embedding loader reading the same rows for `embedding:<name>`.
 
-Why: ComfyUI drops a missing or wrong-width embedding with a log line only, and a marker at the very start of an
-H3 prompt has no visible effect (field-notes §D, host-api.md §4). The output still changes (literal text tokens),
-so users believe the effect worked.
+Why: ComfyUI drops a missing or wrong-width embedding with a log line only, a marker at the very start of an H3
+prompt has no visible effect (field-notes §D, host-api.md §4), and ComfyUI 0.33.0's MiniMax-H3 tokenizer reads every
+marker as plain text (host-api.md §10). The output still changes (literal text tokens), so users believe the effect
+worked.
 
 Effect files are listed by name only; tensors are read at execution, safetensors through their header alone
 (8-byte length + JSON) unless the rows themselves are needed, legacy .pt/.bin only with weights_only=True.
@@ -22,6 +26,7 @@ import numbers
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from re import compile as regex
 from typing import Any
@@ -31,17 +36,22 @@ import torch
 from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
 from ..checks import facts, server
+from ..checks.rules_lints import effect_prompt_wiring
+from . import effect_tokens
 from .common import H3KitInputError, Report, category, log_once
 
 CATEGORY = category("Effects")
 H3_WIDTH = facts.H3_EMBEDDING_WIDTH
 H3_EMBED_KEY = "qwen3vl_32b"  # the tensor name the H3 tokenizer prefers inside an embedding file
 ENV_DIR = "H3KIT_EMBEDDINGS_DIR"
-MARKER = "embedding:"
+MARKER = effect_tokens.MARKER
+H3_TOKENIZER_MODULE = "comfy.text_encoders.minimax"  # the host's MiniMax-H3 tokenizer (ComfyUI >= 0.33.0)
 NONE = "none"
 EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
 MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
 MAX_WALK_DEPTH = 32
+MAX_EFFECT_ROWS = 1024  # rows (prompt tokens) of one effect; the ten published ones total 10.7 MB (field-notes §D)
+MAX_EFFECT_HEADER_BYTES = 2**20  # an effect file's safetensors header: one tensor and a little metadata
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
 SHOT_TAG = regex(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
@@ -214,7 +224,7 @@ def _pick_tensor(names: list[str]) -> str | None:
 
 def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
     try:
-        header = read_header(path)  # the safetensors library's rules: a truncated or overlapping file is refused
+        header = read_header(path, MAX_EFFECT_HEADER_BYTES)  # the library's rules: truncated or overlapping is refused
     except (OSError, SafetensorsHeaderError) as exc:
         raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
                               "download the effect file again") from exc
@@ -232,7 +242,12 @@ def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> E
 
 
 def _legacy_tensor(node: str, input_name: str, name: str, path: Path) -> torch.Tensor:
-    """The embedding inside a .pt/.bin file, loaded without pickle code (weights_only=True)."""
+    """The embedding inside a .pt/.bin file, loaded without pickle code (weights_only=True); a file larger than
+    MAX_EFFECT_ROWS float64 rows could ever be is refused before it is loaded."""
+    most = MAX_EFFECT_ROWS * H3_WIDTH * 8 + 2**20
+    if path.stat().st_size > most:
+        raise H3KitInputError(node, input_name, name, f"the file is {path.stat().st_size:,} bytes; an effect of "
+                              f"{MAX_EFFECT_ROWS:,} rows is at most {most:,}", "use an H3 effect file")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad or unsafe file
@@ -265,6 +280,9 @@ def _checked(node: str, input_name: str, name: str, path: Path, shape: list[int]
                               f"use an effect made for MiniMax-H3 ([N, {H3_WIDTH}]); this one belongs to another model")
     if rows < 1:
         raise H3KitInputError(node, input_name, name, "the tensor has 0 rows", "use a non-empty effect file")
+    if rows > MAX_EFFECT_ROWS:
+        raise H3KitInputError(node, input_name, name, f"the tensor has {rows:,} rows; an effect has at most "
+                              f"{MAX_EFFECT_ROWS:,} (each row is one prompt token)", "use an H3 effect file")
     return EffectInfo(name, path, rows, width, dtype, tensor)
 
 
@@ -433,11 +451,14 @@ class H3KitEffectPrompt:
     DESCRIPTION = (
         "Adds MiniMax-H3 effect embeddings (models/embeddings, [N, 5120]) to a prompt as embedding:<name> markers, "
         "mid-sentence where they take effect (never as the first token, F15), after checking each file: present, "
-        "2-D, 5120 wide, complete. Feed the output to MiniMaxH3ImageToVideo's prompt. Needs ComfyUI >= 0.34."
+        "2-D, 5120 wide, complete. Connect the text encoder to 'clip' and feed both outputs, prompt and clip, to "
+        "MiniMaxH3ImageToVideo: the clip output resolves every marker to its rows (x strength) through the encoder's "
+        "own embedding loader, also where the host's MiniMax-H3 tokenizer reads markers as plain text (ComfyUI "
+        "0.33.0); a marker it cannot load stops the run instead of becoming text."
     )
     FUNCTION = "execute"
-    RETURN_TYPES = ("STRING", "STRING")
-    RETURN_NAMES = ("prompt", "report")
+    RETURN_TYPES = ("STRING", "STRING", "CLIP")
+    RETURN_NAMES = ("prompt", "report", "clip")
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
@@ -460,7 +481,14 @@ class H3KitEffectPrompt:
                     "tooltip": "On: stop with an error (showing the fixed prompt) when the prompt starts with a marker or "
                                "holds a marker ComfyUI would ignore. Off: move leading markers and list the rest in the report.",
                 }),
+                "clip": ("CLIP", {"tooltip": "The MiniMax-H3 text encoder (CLIPLoader type 'minimax'). Its copy on the "
+                                             "'clip' output resolves the markers; give MiniMaxH3ImageToVideo that copy "
+                                             "together with the prompt."}),
+                "strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 4.0, "step": 0.05,
+                                       "tooltip": "Scales every effect row once (1.0 = as trained). Applied by the "
+                                                  "'clip' output, so it needs 'clip' connected."}),
             },
+            "hidden": {"graph": "PROMPT", "unique_id": "UNIQUE_ID"},
         }
 
     @classmethod
@@ -468,10 +496,13 @@ class H3KitEffectPrompt:
         return _file_signature([effect, effect_2, effect_3])
 
     def execute(self, prompt: str, effect: str, effect_2: str = NONE, effect_3: str = NONE,
-                position: str = POSITIONS[0], strict: bool = False) -> tuple[str, str]:
+                position: str = POSITIONS[0], strict: bool = False, clip: Any = None, strength: float = 1.0,
+                graph: dict | None = None, unique_id: Any = None) -> tuple[str, str, Any]:
         node = type(self).__name__
-        report = Report(node).set(position_requested=position)
+        report = Report(node).set(position_requested=position, strength=strength)
         _version_note(report)
+        if not isinstance(strength, (int, float)) or not math.isfinite(strength) or strength < 0:
+            raise H3KitInputError(node, "strength", strength, "must be a finite number >= 0", "use 1.0")
         chosen = [(name, value) for name, value in (("effect", effect), ("effect_2", effect_2), ("effect_3", effect_3))
                   if value and value != NONE]
         seen: dict[str, str] = {}
@@ -494,21 +525,130 @@ class H3KitEffectPrompt:
             if strict:
                 raise H3KitInputError(node, "prompt", prompt, problem, "put a space before the marker and install the file")
             report.warn(problem)
-        report.set(
-            effects=[{**info.summary(), "marker": marker} for (_, info), marker in zip(infos, markers, strict=True)],
-            rows_total=sum(info.rows for _, info in infos),
-            moved_markers=moved,
-            prompt=result,
-        )
+        effects = [{**info.summary(), "marker": marker} for (_, info), marker in zip(infos, markers, strict=True)]
+        report.set(effects=effects, rows_total=sum(info.rows for _, info in infos), moved_markers=moved,
+                   prompt=result)
         if not chosen and not moved:
             report.set(position_used=None, note="no effect chosen; prompt unchanged")
-        return result, report.json()
+        _check_wiring(node, graph, unique_id)
+        in_text = [effect_tokens.marker_word(p) for p in effect_tokens.marker_pieces(result) if p.startswith(MARKER)]
+        if clip is None:
+            self._without_encoder(node, strength, in_text, report)
+            return result, report.json(), None
+        encoder = self._with_encoder(node, clip, strength, infos, markers, in_text, result, report)
+        return result, report.json(), encoder
 
     @staticmethod
     def _place(body: str, markers: list[str], position: str, report: Report) -> str:
         cut = insertion_cut(body, position, report)
         report.set(insert_at_char=cut)
         return insert_markers(body, cut, markers)
+
+    @staticmethod
+    def _with_encoder(node: str, clip: Any, strength: float, infos: list, markers: list[str], in_text: list[str],
+                      text: str, report: Report) -> Any:
+        """The encoder copy that resolves markers, cross-checked: the host's loader gives each chosen effect exactly the
+        rows read from its file, and the copy puts them where the marker stands, each scaled once."""
+        if not callable(getattr(clip, "clone", None)) or getattr(clip, "tokenizer", None) is None:
+            raise H3KitInputError(node, "clip", type(clip).__name__, "not a ComfyUI CLIP (no tokenizer/clone)",
+                                  effect_tokens.FIX_ENCODER)
+        if isinstance(clip.tokenizer, effect_tokens.EffectTokenizer):
+            report.warn("the connected clip already came from an H3KitEffectPrompt; this node's strength replaces "
+                        "that one (rows are scaled once)")
+        for (input_name, info), marker in zip(infos, markers, strict=True):
+            host_rows = effect_tokens.host_marker_rows(node, clip.tokenizer, marker)
+            ours = load_effect_rows(node, input_name, info)
+            if not host_rows:
+                raise H3KitInputError(node, input_name, info.name,
+                                      f"the text encoder's embedding loader finds no {marker} in its folders "
+                                      f"({_folders_of(clip)}), while H3Kit found it in {info.path.parent}",
+                                      "load the text encoder with CLIPLoader (it reads models/embeddings), or move "
+                                      "the file into models/embeddings/")
+            stacked = torch.stack([row.detach().to(torch.float32).reshape(-1) for row in host_rows])
+            if stacked.shape != ours.shape or not torch.equal(stacked, ours):
+                raise H3KitInputError(node, input_name, info.name,
+                                      f"the text encoder loads {marker} as {list(stacked.shape)} rows that differ from "
+                                      f"the {[info.rows, info.width]} rows in {info.name} (another file or tensor of "
+                                      "that name)", "keep one embedding of that name, holding the rows alone or under "
+                                      f"'{H3_EMBED_KEY}'")
+        encoder = effect_tokens.with_effects(node, clip, strength)
+        entries, spans = encoder.tokenizer.prompt_tokens(text)  # stops on a marker the encoder cannot load
+        by_marker = {marker: (start, count) for marker, start, count in spans}
+        for effect, info_marker in zip(report.facts["effects"], markers, strict=True):
+            start, count = by_marker.get(info_marker, (None, 0))
+            if count != effect["rows"]:
+                raise H3KitInputError(node, "clip", info_marker, f"the prepared encoder put {count} rows for "
+                                      f"{info_marker}, not the file's {effect['rows']}", effect_tokens.FIX_ENCODER)
+            effect["token_index"] = start
+        native = bool(in_text) and effect_tokens.outer_parses_markers(node, clip.tokenizer, in_text[0])
+        report.set(prompt_tokens=len(entries), markers_resolved_by=(
+            "the host's MiniMax-H3 tokenizer (it parses markers); H3Kit's clip output resolves them the same way"
+            if native else "H3Kit's clip output (this host's MiniMax-H3 tokenizer reads markers as plain text)"
+            if in_text else "nothing to resolve"))
+        return encoder
+
+    @staticmethod
+    def _without_encoder(node: str, strength: float, in_text: list[str], report: Report) -> None:
+        if strength != 1.0:
+            raise H3KitInputError(node, "strength", strength, "strength is applied by the 'clip' output, and 'clip' "
+                                  "is not connected", "connect the text encoder to 'clip' and use the 'clip' output")
+        if not in_text:
+            report.set(markers_resolved_by="nothing to resolve")
+            return
+        verdict = host_reads_markers_as_text(node, in_text[0], report)
+        if verdict is True:
+            raise H3KitInputError(node, "clip", None, "this ComfyUI's MiniMax-H3 tokenizer reads embedding: markers as "
+                                  "plain text (ComfyUI 0.33.0 does), so the effect would silently do nothing",
+                                  FIX_EFFECT_CLIP)
+        report.set(markers_resolved_by="the host's MiniMax-H3 tokenizer (checked: it parses markers)" if verdict is False
+                   else "not checked")
+
+
+FIX_EFFECT_CLIP = ("connect the text encoder (CLIPLoader) to this node's 'clip' input and its 'clip' output to "
+                   "MiniMaxH3ImageToVideo's 'clip'")
+
+
+def _folders_of(clip: Any) -> str:
+    inner = effect_tokens.inner_tokenizer("H3KitEffectPrompt", effect_tokens.host_tokenizer(clip.tokenizer))
+    folders = getattr(inner, "embedding_directory", None)
+    return ", ".join(map(str, folders)) if isinstance(folders, (list, tuple)) else str(folders)
+
+
+def _check_wiring(node: str, graph: Any, unique_id: Any) -> None:
+    """The graph this node runs in: an encoder that takes our prompt must take our clip too (checks/rules_lints)."""
+    if not isinstance(graph, dict) or unique_id is None:
+        return
+    for problem in effect_prompt_wiring(graph, str(unique_id)):
+        if problem.severity == "error":
+            raise H3KitInputError(node, "clip", problem.value, f"node {problem.node_id} ({problem.class_type}) "
+                                  + problem.message, problem.fix)
+
+
+@lru_cache(maxsize=8)
+def _host_h3_tokenizer(folders: tuple[str, ...]) -> Any:
+    return host_module(H3_TOKENIZER_MODULE).MiniMaxH3Tokenizer(embedding_directory=list(folders))
+
+
+def host_reads_markers_as_text(node: str, marker: str, report: Report) -> bool | None:
+    """Without a clip: does this ComfyUI's own MiniMax-H3 tokenizer turn a loadable marker into text (True) or into
+    rows (False)? None, with the reason as a fallback, when there is no such tokenizer or it cannot be asked."""
+    if not host_loaded(H3_TOKENIZER_MODULE):
+        report.fallback("no_encoder", "no clip connected and no MiniMax-H3 tokenizer in this process: cannot check "
+                        "that the markers are parsed; connect 'clip' and use the 'clip' output to be sure")
+        return None
+    try:
+        tokenizer = _host_h3_tokenizer(tuple(str(d) for d in embedding_dirs()))
+        if not effect_tokens.host_marker_rows(node, tokenizer, marker):
+            report.fallback("no_host_rows", f"this ComfyUI's MiniMax-H3 tokenizer finds no {marker}, so whether it "
+                            "parses markers was not checked; connect 'clip' and use the 'clip' output to be sure")
+            return None
+        return not effect_tokens.outer_parses_markers(node, tokenizer, marker)
+    except H3KitInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the host's tokenizer files or library may be missing or broken
+        report.fallback("host_tokenizer", f"could not ask this ComfyUI's MiniMax-H3 tokenizer ({type(exc).__name__}: "
+                        f"{str(exc)[:160]}); connect 'clip' and use the 'clip' output to be sure")
+        return None
 
 
 # ============================================================================== H3KitEffectSplice
@@ -604,8 +744,9 @@ class H3KitEffectSplice:
         "Encodes the prompt with the connected MiniMax-H3 text encoder and splices an effect's N rows into the token "
         "list at the chosen position (never position 0), then proves it without trusting its own list: the encoder "
         "must return one 5120-wide position per prompt token plus the N rows of the file's header, and the "
-        "encoder's own tokenizer, given embedding:<name>, must load the same N rows. Use the CONDITIONING as t2va "
-        "positive (with EmptyMiniMaxH3LatentAV)."
+        "encoder's own embedding loader, given embedding:<name>, must load the same N rows. Use the CONDITIONING as "
+        "t2va positive (with EmptyMiniMaxH3LatentAV). For MiniMaxH3ImageToVideo (which encodes its prompt itself) "
+        "use H3KitEffectPrompt with its clip output instead."
     )
     FUNCTION = "execute"
     RETURN_TYPES = ("CONDITIONING", "STRING")
@@ -683,26 +824,28 @@ class H3KitEffectSplice:
     @staticmethod
     def _host_rows_agree(node: str, clip: Any, key: str, info: EffectInfo, rows: torch.Tensor, strength: float,
                          report: Report) -> str:
-        """Cross-check with an encoding we did not build: the encoder's own tokenizer resolving `embedding:<name>`
-        (ComfyUI's load_embed) must yield the same N rows we read. Where it cannot resolve the marker (the file
-        is only in H3KIT_EMBEDDINGS_DIR, or the name cannot be a marker) the skip is a visible fallback."""
+        """Cross-check with rows we did not read: the encoder's own embedding loader (the inner SDTokenizer of its
+        tokenizer, ComfyUI's load_embed) resolving `embedding:<name>` must yield the same N rows. Where it cannot
+        (the file is only in H3KIT_EMBEDDINGS_DIR, or the name cannot be a marker) the skip is a visible fallback."""
         try:
             marker = marker_for(node, "effect", info)
         except H3KitInputError as exc:
-            report.fallback("host_rows", f"rows not cross-checked with the encoder's tokenizer: {exc.problem}")
+            report.fallback("host_rows", f"rows not cross-checked with the encoder's embedding loader: {exc.problem}")
             return "not checked"
-        host = [e[0] for e in token_stream(node, clip, f"effect {marker}").entries if torch.is_tensor(e[0])]
+        host = effect_tokens.host_marker_rows(node, clip.tokenizer, marker)
         if not host:
-            report.fallback("host_rows", f"rows not cross-checked: the encoder's tokenizer does not resolve {marker} "
-                                         "(its embeddings folders differ from the ones listed here)")
+            report.fallback("host_rows", f"rows not cross-checked: the encoder's embedding loader finds no {marker} in "
+                                         f"its embeddings folders ({_folders_of(clip)}), which differ from the ones "
+                                         "listed here")
             return "not checked"
         host_rows = torch.stack([row.detach().to(torch.float32).reshape(-1) for row in host]) * strength
-        if host_rows.shape != rows.shape or not torch.allclose(host_rows, rows, rtol=1e-3, atol=1e-5):
+        if host_rows.shape != rows.shape or not torch.equal(host_rows, rows):
             raise H3KitInputError(node, "effect", info.name,
-                                  f"the encoder's tokenizer loads {marker} as {list(host_rows.shape)} rows that differ from "
-                                  f"the {[info.rows, info.width]} rows read from the file (another file or tensor of that name)",
+                                  f"the encoder's embedding loader loads {marker} as {list(host_rows.shape)} rows that "
+                                  f"differ from the {[info.rows, info.width]} rows read from the file (another file or "
+                                  "tensor of that name)",
                                   "keep one embedding of that name, holding the rows alone or under 'qwen3vl_32b'")
-        return f"{len(host)} rows equal to the encoder tokenizer's {marker}"
+        return f"{len(host)} rows equal to the encoder's embedding loader's {marker}"
 
 
 NODES = [H3KitEffectPrompt, H3KitEffectSplice]

@@ -47,6 +47,11 @@ FIX_F01 = (
     "and ComfyUI-Spectrum-MiniMax-H3 >= 4783a22 together, wire 'reference' to the latent that fed the sampler, "
     f"and keep the first refine sigma <= {facts.REPAINT_SIGMA_LIMIT:g}"
 )
+FIX_BROKEN_DRAFT = (
+    "stage 1 produced it (the H3 model file, its LoRA or VAE, or an fp16 overflow in the H3 draft), and the refine "
+    "cannot repair it: run the H3 half alone (VAEDecode -> PreviewImage) to see it and check those files; a draft "
+    "computed in fp16 (RTX 20xx) can overflow: compute H3 in fp32"
+)
 FIX_NO_SIGNAL = "the sampler output carries no signal: check the refiner model file and the latent wiring"
 FIX_SOLID = (
     "an all-black refine is usually a NaN latent (F10: on RTX 20xx load the GGUF Q4_K_M refiner, "
@@ -82,7 +87,8 @@ class H3KitDraftToLTX:
     DESCRIPTION = (
         "Prepares a decoded MiniMax-H3 draft for the LTX-2.5 refine: keeps an 8n+1 frame count, scales to exactly "
         "half the final size (LTX's VAE encodes it, the x2 latent upsampler doubles it) and trims the H3 audio to the "
-        "kept duration so the final mux stays in sync. 124 H3 frames -> 121; 672x384 -> 1344x768 needs no resample."
+        "kept duration so the final mux stays in sync. 124 H3 frames -> 121; 672x384 -> 1344x768 needs no resample. "
+        "Stops a draft with NaN/Inf pixels or audio: stage 1 failed, and the refine would only pass the NaN on."
     )
     FUNCTION = "execute"
     RETURN_TYPES = ("IMAGE", "AUDIO", "INT", "INT", "STRING")
@@ -176,6 +182,10 @@ class H3KitDraftToLTX:
         if not frames.is_floating_point():
             raise H3KitInputError(node, "frames", str(frames.dtype), "IMAGE must be float values 0..1",
                                   "connect a ComfyUI IMAGE output (VAEDecode, LoadImage, GetVideoComponents)")
+        broken = fk.nonfinite_count(frames)
+        if broken:
+            raise H3KitInputError(node, "frames", f"{broken:,} NaN/Inf of {frames.numel():,} pixel values",
+                                  "the H3 draft is broken", FIX_BROKEN_DRAFT)
         channels = frames.shape[-1]
         if channels == 4:
             report.set(alpha_dropped=True)
@@ -246,6 +256,10 @@ class H3KitDraftToLTX:
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, float)) or sample_rate <= 0:
             raise H3KitInputError(node, "audio", sample_rate, "sample_rate must be a positive number",
                                   "connect the AUDIO output of VAEDecodeAudio or LoadAudio")
+        broken = fk.nonfinite_count(waveform)
+        if broken:
+            raise H3KitInputError(node, "audio", f"{broken:,} NaN/Inf of {waveform.numel():,} samples",
+                                  "the H3 draft's audio is broken", FIX_BROKEN_DRAFT)
         return waveform, int(sample_rate)
 
 

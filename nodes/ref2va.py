@@ -40,8 +40,7 @@ TASK_TYPES = (
     "video continuation", "audio reuse", "audio reference",
 )
 FPS = 24
-MAX_LENGTH = facts.H3_LENGTH_MAX
-MAX_REFS = {"ref_images": 9, "ref_videos": 3, "ref_video_audios": 3, "ref_audios": 3}
+MAX_REFS = facts.H3_REF_SLOTS  # the host's Autogrow slots per reference kind
 MIN_DEFINITION_WORDS = 3
 CHINESE_TAGS = ("chinese", "mandarin", "cantonese", "中文", "汉语", "漢語", "普通话", "国语", "國語")
 ZH_TABLE_FILE = Path(__file__).resolve().parent.parent / "data" / "zh_trad_to_simp.json"
@@ -150,6 +149,7 @@ class PromptLinter:
         self.counts = counts
         self.length = length
         self.problems: list[PromptProblem] = []
+        self.notes: list[PromptProblem] = []  # warnings that never stop the node (beyond trained/documented range)
         self.definitions: dict[str, tuple[int, str]] = {}  # own-line label -> (line, text)
         self.cited: set[str] = set()  # Picture/Video labels cited as a source inside a definition
         self.shots: list[Shot] = []
@@ -178,18 +178,26 @@ class PromptLinter:
         self.check_speakers()
         return self.problems
 
-    # -- length (F20)
+    # -- length (F20): the host's limits stop the node, the trained range is a warning
     def check_length(self) -> None:
-        n = self.length
-        if n > MAX_LENGTH or not facts.is_h3_length(n):
-            below, above = facts.nearest_h3_lengths(min(n, MAX_LENGTH))
-            above = min(above, MAX_LENGTH)
-            nearest = f"{below}" if below == above or n >= MAX_LENGTH else f"{below} or {above}"
-            why = (f"above the {MAX_LENGTH}-frame ceiling ({MAX_LENGTH / FPS:.2f} s)" if n > MAX_LENGTH
-                   else f"not on H3's 17k+5 frame grid (5, 22, 39 ... 124, 243 ... {MAX_LENGTH})")
+        n, low, high, trained = self.length, facts.H3_LENGTH_MIN, facts.H3_LENGTH_HOST_MAX, facts.H3_LENGTH_MAX
+        if not low <= n <= high:
+            fix = low if n < low else facts.nearest_h3_lengths(high)[0]
             self.problems.append(PromptProblem(
-                "length", 0, str(n), f"length {n} is {why}; shot times are checked against length/24 s",
-                f"use {nearest} (243 = 10.125 s, 362 = 15.08 s)", "length"))
+                "length", 0, str(n), f"length {n} is outside {low}..{high}, what MiniMaxH3ReferenceToVideo accepts",
+                f"use {fix} (124 = 5.17 s, 243 = 10.125 s, {trained} = 15.08 s: the longest trained clip)", "length"))
+        elif not facts.is_h3_length(n):
+            below, above = facts.nearest_h3_lengths(n)
+            nearest = f"{below}" if above > high else f"{below} or {above}"
+            self.problems.append(PromptProblem(
+                "length", 0, str(n), f"length {n} is not on H3's 17k+5 frame grid (5, 22, 39 ... 124, 243 ... "
+                f"{trained}); the host snaps it up to {above} frames silently, so shot times would be checked "
+                "against the wrong clip (F20)", f"use {nearest} (243 = 10.125 s, {trained} = 15.08 s)", "length"))
+        elif n > trained:
+            self.notes.append(PromptProblem(
+                "length", 0, str(n), f"length {n} ({n / FPS:.2f} s) is beyond H3's trained range (up to {trained} = "
+                f"15.08 s); the host accepts up to {high} frames, longer clips are untested",
+                f"use {trained} or less for the quality H3 was trained for", "length"))
 
     # -- structure
     def check_headers_and_spelling(self) -> None:
@@ -251,14 +259,28 @@ class PromptLinter:
                     known.add(label)  # report each undefined label once
 
     def check_reference_counts(self) -> None:
+        """Labels against the connected references, numbered as MiniMaxH3ReferenceToVideo numbers them: pictures
+        1..images, videos 1..videos, audios first the soundtracks (in video order), then the standalone audios."""
         images, videos = self.counts["ref_images"], self.counts["ref_videos"]
-        soundtracks = min(self.counts["ref_video_audios"], videos)
-        audios = soundtracks + self.counts["ref_audios"]
-        if self.counts["ref_video_audios"] > videos:
+        soundtracks, standalone = self.counts["ref_video_audios"], self.counts["ref_audios"]
+        audios = soundtracks + standalone
+        if soundtracks > videos:
             self.add("subject_definitions", 0,
-                     f"ref_video_audios={self.counts['ref_video_audios']} but only ref_videos={videos}: the core node "
-                     "pairs ref_video_audio_N with ref_video_N and ignores a soundtrack without its video",
+                     f"ref_video_audios={soundtracks} but only ref_videos={videos}: the host pairs each soundtrack "
+                     "with the video of the same number (ref_video_audio_N with ref_video_N) and drops a soundtrack "
+                     "whose video is not connected, so the <Audio N> numbers shift",
                      "connect the video of each soundtrack, or use ref_audios for standalone audio")
+        if audios > facts.H3_REF_AUDIO_CLIPS_MAX:
+            self.notes.append(PromptProblem(
+                "subject_definitions", 0, "", f"{audios} audio references (soundtracks + ref_audios); the Ref2VA "
+                f"checkpoint is documented for at most {facts.H3_REF_AUDIO_CLIPS_MAX} audio clips (15 s in all, "
+                "field-notes §C1); the host accepts more, untested", "use at most "
+                f"{facts.H3_REF_AUDIO_CLIPS_MAX} audio clips", "ref_audios"))
+        if images + videos + audios > facts.H3_REF_FILES_MAX:
+            self.notes.append(PromptProblem(
+                "subject_definitions", 0, "", f"{images + videos + audios} reference files; the Ref2VA checkpoint is "
+                f"documented for at most {facts.H3_REF_FILES_MAX} (field-notes §C1); the host accepts more, untested",
+                f"use at most {facts.H3_REF_FILES_MAX} references", "ref_images"))
         available = {"Picture": images, "Video": videos, "Audio": audios}
         wiring = {"Picture": "ref_images", "Video": "ref_videos", "Audio": "ref_video_audios + ref_audios"}
         used: set[str] = set()
@@ -517,10 +539,34 @@ def _text(tooltip: str, default: str = "") -> tuple[str, dict]:
     return ("STRING", {"multiline": True, "default": default, "tooltip": tooltip})
 
 
+COUNT_TOOLTIPS = {
+    "ref_images": "images wired into MiniMaxH3ReferenceToVideo's ref_images (<Picture 1..N>)",
+    "ref_videos": "videos wired into ref_videos (<Video 1..N>)",
+    "ref_video_audios": "connected videos whose soundtrack is wired too: ref_video_audio_N next to ref_video_N "
+                        "(the host pairs them by number; their <Audio> labels come first, in video order)",
+    "ref_audios": "standalone audios wired into ref_audios (<Audio> labels after the soundtracks)",
+}
+
+
 def _count(name: str) -> tuple[str, dict]:
     return ("INT", {"default": 0, "min": 0, "max": MAX_REFS[name], "tooltip":
-                    f"How many references are connected to MiniMaxH3ReferenceToVideo's {name} "
-                    f"(0..{MAX_REFS[name]}); labels are checked against it."})
+                    f"How many {COUNT_TOOLTIPS[name]} (0..{MAX_REFS[name]}, the host's slots); labels are "
+                    "checked against it."})
+
+
+def audio_numbering(counts: dict[str, int]) -> dict[str, str]:
+    """Which reference each <Audio j> is, in the order MiniMaxH3ReferenceToVideo numbers them."""
+    soundtracks, standalone = counts["ref_video_audios"], counts["ref_audios"]
+    numbering = {}
+    if soundtracks:
+        numbering[_label_range("Audio", 1, soundtracks)] = "soundtracks of the connected videos, in video order"
+    if standalone:
+        numbering[_label_range("Audio", soundtracks + 1, soundtracks + standalone)] = "ref_audios, in slot order"
+    return numbering
+
+
+def _label_range(kind: str, first: int, last: int) -> str:
+    return f"<{kind} {first}>" if first == last else f"<{kind} {first}>..<{kind} {last}>"
 
 
 class H3KitRef2VAPrompt:
@@ -531,9 +577,12 @@ class H3KitRef2VAPrompt:
     DESCRIPTION = (
         "Builds the six-section Ref2VA prompt for MiniMaxH3ReferenceToVideo (subject_definitions, summary, "
         "retention_analysis, detailed_description, overall_soundscape, non_diegetic_music) and checks it: "
-        "labels defined once and matching the connected references, retention markers, appearance text in "
-        "every shot (bare labels invent people), shot times inside the clip, <d>[Language] line</d>, stable "
-        "speaker ids, Simplified Chinese, length on the 17k+5 grid. Problems stop the node unless strict is off."
+        "labels defined once and matching the connected references (numbered as the host numbers them: a video's "
+        "soundtrack is the <Audio> before the standalone audios), retention markers, appearance text in every shot "
+        "(bare labels invent people), shot times inside the clip, <d>[Language] line</d>, stable speaker ids, "
+        "Simplified Chinese, length on the 17k+5 grid within the host's 5..3600. Problems stop the node unless "
+        "strict is off; a length beyond the trained 362 frames or more references than the checkpoint is "
+        "documented for are warnings."
     )
     FUNCTION = "compose"
     RETURN_TYPES = ("STRING", "STRING")
@@ -555,9 +604,12 @@ class H3KitRef2VAPrompt:
                                "00:03.000, ...'). Restate identifying appearance in every shot."),
                 "soundscape": _text("overall_soundscape: diegetic sounds only (ambience, physical sounds)."),
                 "music": _text("non_diegetic_music: the score only the audience hears, or N/A.", "N/A"),
-                "length": ("INT", {"default": 243, "min": facts.H3_LENGTH_MIN, "max": 3600, "step": facts.H3_LENGTH_STEP, "tooltip":
-                                   "Frames at 24 fps on H3's 17k+5 grid, 5..362 (124 = 5.17 s, 243 = 10.125 s, "
-                                   "362 = 15.08 s). Use the same value as MiniMaxH3ReferenceToVideo's length."}),
+                "length": ("INT", {"default": 243, "min": facts.H3_LENGTH_MIN, "max": facts.H3_LENGTH_HOST_MAX,
+                                   "step": facts.H3_LENGTH_STEP, "tooltip":
+                                   f"Frames at 24 fps on H3's 17k+5 grid (124 = 5.17 s, 243 = 10.125 s, "
+                                   f"{facts.H3_LENGTH_MAX} = 15.08 s, the longest trained clip; the host accepts up "
+                                   f"to {facts.H3_LENGTH_HOST_MAX}, longer than {facts.H3_LENGTH_MAX} is a warning). "
+                                   "Use the same value as MiniMaxH3ReferenceToVideo's length."}),
                 "ref_images": _count("ref_images"),
                 "ref_videos": _count("ref_videos"),
                 "ref_video_audios": _count("ref_video_audios"),
@@ -599,8 +651,9 @@ class H3KitRef2VAPrompt:
             labels=sorted(linter.definitions, key=_label_order),
             shots=[{"shot": s.number, "start_s": s.start, "end_s": s.end} for s in linter.shots],
             speakers=linter.speakers, strict=strict, problems=len(problems),
+            audio_numbering=audio_numbering(counts),
         )
-        for problem in problems:
+        for problem in problems + linter.notes:
             report.warn(str(problem))
         return prompt, report.json()
 

@@ -18,7 +18,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..adapters.comfy_client import BadServerURL, ComfyClient
+from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline
+from ..adapters.files import is_folder
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph import well_formed
@@ -48,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: models/ of the ComfyUI this clone sits in, $COMFYUI_DIR or the current folder)")
     parser.add_argument("--json", action="store_true", help="print the checks as one JSON document on stdout")
     parser.add_argument("--no-local", action="store_true", help="skip the checks of this machine's packages and GPU")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=SERVER_CHECK_TIMEOUT_S,
+                        help="seconds for the whole exchange with the server (default %(default)s)")
 
 
 def optional_node_checks() -> list[Check]:
@@ -76,7 +78,7 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     """(checks, exit code)."""
     checks: list[Check] = [] if args.no_local else local_checks() + optional_node_checks()
     codes = [EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK]
-    if args.models_dir is not None and not args.models_dir.is_dir():
+    if args.models_dir is not None and not is_folder(args.models_dir):
         checks.append(Check(FAIL, "models dir", f"--models-dir {args.models_dir} is not a folder, so no model file "
                             "could be checked", "pass ComfyUI's models folder, e.g. --models-dir ComfyUI/models"))
         return checks, worst_exit([*codes, EXIT_INVALID])
@@ -88,7 +90,7 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     object_info = None
     if args.server:
         try:
-            with ComfyClient(args.server, read_timeout=args.timeout) as client:
+            with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
                 server_part, object_info, code = server_checks(client, graph, schema_src.disabled_nodes(),
                                                                schema_src.providing_pack)
         except BadServerURL as exc:

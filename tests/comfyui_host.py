@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from re import compile as regex
 from subprocess import Popen
 
 import pytest
@@ -26,6 +28,9 @@ from h3kit.adapters.comfy_client import ComfyClient, ComfyError
 
 PACK_ROOT = Path(__file__).resolve().parent.parent
 PACK_LINK_NAME = "H3Kit"
+# test-only nodes (stand-ins for what a test cannot load at real size), never part of the pack
+STANDINS_DIR = Path(__file__).resolve().parent / "comfyui_standins"
+STANDINS_LINK_NAME = "H3KitTestStandIns"
 START_TIMEOUT_S = 420  # the installable 0.12.1 host needs 2-3 min on 2 loaded cores
 LAUNCH_MAIN = "main"        # python main.py --base-directory ... (Comfy-Org layout)
 LAUNCH_CONSOLE = "console"  # python -m comfy.cmd.main (installable layout; its main.py ignores --base-directory)
@@ -33,8 +38,6 @@ LAUNCH_CONSOLE = "console"  # python -m comfy.cmd.main (installable layout; its 
 # Capabilities, each read from the running server's /object_info (never from its version string).
 NATIVE_H3 = "native MiniMax-H3 nodes"
 LTXAV = "the LTX-2 audio-video model (LTXAV) nodes"
-V3_SAVEVIDEO = "the >=0.34 SaveVideo layout (format.codec)"
-FLAT_SAVEVIDEO = "the flat SaveVideo layout (format + codec)"
 _NODES_OF = {
     NATIVE_H3: ("MiniMaxH3ImageToVideo",),
     # the audio VAE loader exists only where the AV model does; the other two run stage 2
@@ -68,10 +71,16 @@ class HostSpec:
     comfyui_dir: Path
     python: str
     launch: str
+    duplicate: bool = False  # another configured host has the same version: the test id adds the index
 
     @property
     def name(self) -> str:
-        return self.comfyui_dir.name
+        """The test id: "comfyui-<the version this checkout serves>" (+ "#<n>" when two hosts share a version)."""
+        return f"comfyui-{self.version}" + (f"#{self.index}" if self.duplicate else "")
+
+    @property
+    def version(self) -> str:
+        return checkout_version(self.comfyui_dir) or f"unknown-{self.comfyui_dir.name}"
 
     def command(self, port: int, base_dir: Path) -> list[str]:
         entry = ["main.py"] if self.launch == LAUNCH_MAIN else ["-m", "comfy.cmd.main"]
@@ -79,6 +88,22 @@ class HostSpec:
             self.python, *entry, "--cpu", "--listen", "127.0.0.1", "--port", str(port),
             "--base-directory", str(base_dir), "--disable-auto-launch", "--database-url", "sqlite:///:memory:",
         ]
+
+
+_VERSION_LINE = regex(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+
+
+def checkout_version(comfyui_dir: Path) -> str | None:
+    """The version string the server will serve as system_stats' comfyui_version, read from the checkout without
+    starting it: comfyui_version.py (Comfy-Org) or comfy/__init__.py (the installable fork). The started server is
+    checked against it (ComfyUIServer.start)."""
+    for relative in ("comfyui_version.py", "comfy/__init__.py"):
+        path = comfyui_dir / relative
+        if path.is_file():
+            found = _VERSION_LINE.search(path.read_text(errors="replace"))
+            if found:
+                return found.group(1)
+    return None
 
 
 def _default_launch(comfyui_dir: Path) -> str:
@@ -104,6 +129,8 @@ def configured_hosts(env: dict[str, str] | None = None) -> tuple[list[HostSpec],
         if launch not in (LAUNCH_MAIN, LAUNCH_CONSOLE):
             return [], f"H3KIT_HOST_LAUNCH_{index}={launch!r}: use {LAUNCH_MAIN!r} or {LAUNCH_CONSOLE!r}"
         hosts.append(HostSpec(index, path, python, launch))
+    versions = [h.version for h in hosts]
+    hosts = [HostSpec(h.index, h.comfyui_dir, h.python, h.launch, versions.count(h.version) > 1) for h in hosts]
     return hosts, ""
 
 
@@ -124,6 +151,7 @@ class ComfyUIServer:
         for sub in ("custom_nodes", "input", "output", "temp", "user", "models"):
             (self.base_dir / sub).mkdir(exist_ok=True)
         (self.base_dir / "custom_nodes" / PACK_LINK_NAME).symlink_to(PACK_ROOT, target_is_directory=True)
+        (self.base_dir / "custom_nodes" / STANDINS_LINK_NAME).symlink_to(STANDINS_DIR, target_is_directory=True)
         log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self._log_file = log
         self.process = Popen(
@@ -135,12 +163,22 @@ class ComfyUIServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"ComfyUI exited with {self.process.returncode} during start:\n{self.log()[-4000:]}")
             try:
-                self.get("/system_stats", timeout=2)
-                return
+                stats = self.get("/system_stats", timeout=2)
             except ComfyError:
                 time.sleep(0.5)
+                continue
+            self._check_served_version(stats)
+            return
         self.stop()
         raise RuntimeError(f"ComfyUI did not answer within {START_TIMEOUT_S} s:\n{self.log()[-4000:]}")
+
+    def _check_served_version(self, stats: object) -> None:
+        """The test ids name the checkout's version: a server that serves another one would mislabel every result."""
+        served = stats.get("system", {}).get("comfyui_version") if isinstance(stats, dict) else None
+        if served != self.host.version:
+            self.stop()
+            raise RuntimeError(f"{self.comfyui_dir} serves ComfyUI {served!r}, but its checkout says "
+                               f"{self.host.version!r} (the test id): is COMFYUI_DIRS pointing at another install?")
 
     def stop(self) -> None:
         if self.process:
@@ -171,16 +209,17 @@ class ComfyUIServer:
         with self.client(120) as client:  # a large host (600+ nodes) takes seconds on a loaded machine
             return client.object_info()
 
-    def has(self, capability: str) -> bool:
-        if self._object_info is None:  # node classes and input layouts do not change while the server runs
+    def served(self) -> dict:
+        """/object_info read once: node classes and input layouts do not change while the server runs (file
+        lists do: read `object_info()` for those)."""
+        if self._object_info is None:
             self._object_info = self.object_info()
-        info = self._object_info
+        return self._object_info
+
+    def has(self, capability: str) -> bool:
+        info = self.served()
         if capability in _NODES_OF:
             return all(node in info for node in _NODES_OF[capability])
-        if capability in (V3_SAVEVIDEO, FLAT_SAVEVIDEO):
-            required = info.get("SaveVideo", {}).get("input", {}).get("required", {})
-            flat = "codec" in required
-            return ("SaveVideo" in info) and (flat if capability == FLAT_SAVEVIDEO else not flat)
         raise ValueError(f"unknown capability {capability!r}")
 
     def require(self, *capabilities: str) -> None:

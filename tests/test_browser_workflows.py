@@ -330,6 +330,62 @@ def test_check_command_lists_the_problems_without_queueing(editor):
     assert editor.posts("/api/prompt", started) == []
 
 
+def _refuse_checks(editor, how: str) -> None:
+    """The preflight route answers an error the way a refusing or broken server would (issue 26)."""
+    def answer(route):
+        if route.request.method != "POST":
+            return route.continue_()
+        if how == "abort":
+            return route.abort("connectionreset")
+        if how == "html":
+            return route.fulfill(status=502, content_type="text/html", body="<html><body>Bad Gateway</body></html>")
+        return route.fulfill(status=413, content_type="application/json",
+                             body=json.dumps({"error": "the body is over 33,554,432 bytes", "fix": "check a smaller graph"}))
+
+    editor.page.route("**/h3kit/preflight", answer)
+
+
+@pytest.mark.parametrize("how, words", [("refuse", "the body is over 33,554,432 bytes"), ("abort", "could not check"),
+                                        ("html", "HTTP 502")])
+def test_a_graph_that_could_not_be_checked_is_never_queued_silently(editor, server, how, words):
+    """Issue 26: the editor showed "could not check this graph" and queued anyway. It now says why in its dialog
+    and queues only on "Run unchecked"."""
+    _load_repaint_cliff(editor)
+    _refuse_checks(editor, how)
+    try:
+        pressed = editor.queue()
+        dialog = editor.preflight_dialog()
+        dialog.wait_for(timeout=30_000)
+        text = dialog.inner_text()
+        assert "could not check this graph" in text and words in text, text
+        dialog.get_by_role("button", name="Cancel").click()
+        editor.page.wait_for_timeout(1000)
+        assert editor.posts("/api/prompt", pressed) == [], "queued although the graph was not checked"
+        pressed = editor.queue()
+        editor.preflight_dialog().get_by_role("button", name="Run unchecked").click(timeout=30_000)
+        editor.page.wait_for_timeout(1500)
+        assert len(editor.posts("/api/prompt", pressed)) == 1
+    finally:
+        editor.page.unroute("**/h3kit/preflight")
+        editor.js("__h3.closeAll(); true")
+
+
+def test_a_graph_with_a_5_mb_prompt_is_checked_by_the_real_route(editor):
+    """Issue 26: a graph of 1-5 MB (a long prompt) got 400 'body is not JSON' (only the first network chunk was
+    read). The editor's own request to the host's route, with a 5 MB prompt."""
+    answer = editor.js("""async () => {
+        const { api } = await import('/scripts/api.js');
+        const prompt = { "1": { class_type: "H3KitTestPattern", inputs: { width: 320, height: 192, frames: 56,
+                                  fps: 24.0, sample_rate: 44100 } },
+                         "2": { class_type: "PrimitiveStringMultiline", inputs: { value: "A long prompt. ".repeat(350000) } },
+                         "3": { class_type: "PreviewAny", inputs: { source: ["2", 0] } } };
+        const response = await api.fetchApi('/h3kit/preflight', { method: 'POST',
+            headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ prompt }) });
+        return { status: response.status, body: await response.json() };
+    }""")
+    assert answer["status"] == 200 and isinstance(answer["body"]["checks"], list), answer["body"].get("error")
+
+
 def _healthy_graph(copies: int = 5) -> dict:
     """`copies` renumbered copies of the demo (7 nodes each) plus one more report per copy: 40 nodes."""
     demo = _api_graph(RUNNABLE_WORKFLOW)

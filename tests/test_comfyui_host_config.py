@@ -9,18 +9,24 @@ import pytest
 from comfyui_host import LAUNCH_CONSOLE, LAUNCH_MAIN, configured_hosts
 
 
-def _checkout(root, name: str, installable: bool = False):
+def _checkout(root, name: str, installable: bool = False, version: str | None = None):
+    """A fake checkout; `version` is written where each layout keeps it (the server serves it as comfyui_version)."""
     folder = root / name
     folder.mkdir()
     (folder / "main.py").write_text("")
     if installable:
         (folder / "comfy" / "cmd").mkdir(parents=True)
         (folder / "comfy" / "cmd" / "main.py").write_text("")
+    if version and installable:
+        (folder / "comfy" / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    elif version:
+        (folder / "comfyui_version.py").write_text(f"# generated\n__version__ = '{version}'\n")
     return folder
 
 
 def test_every_host_in_comfyui_dirs_with_its_own_python_and_launch(tmp_path):
-    old, new = _checkout(tmp_path, "comfyui-0.3.64"), _checkout(tmp_path, "comfyui-0.12.1", installable=True)
+    old = _checkout(tmp_path, "old", version="0.3.64")
+    new = _checkout(tmp_path, "new", installable=True, version="0.12.1")
     hosts, reason = configured_hosts({
         "COMFYUI_DIRS": f"{old}:{new}", "H3KIT_HOST_PYTHON_0": "/venv-a/bin/python",
         "H3KIT_HOST_PYTHON_1": "/venv-b/bin/python", "COMFYUI_PYTHON": "/ignored-with-dirs",
@@ -59,3 +65,12 @@ def test_an_unknown_launch_mode_is_refused_by_name(tmp_path):
     folder = _checkout(tmp_path, "ComfyUI")
     hosts, reason = configured_hosts({"COMFYUI_DIRS": str(folder), "H3KIT_HOST_LAUNCH_0": "docker"})
     assert hosts == [] and "H3KIT_HOST_LAUNCH_0='docker'" in reason
+
+
+def test_test_ids_carry_the_version_the_checkout_serves_not_its_folder_name(tmp_path):
+    a = _checkout(tmp_path, "ComfyUI", version="0.33.0")
+    b = _checkout(tmp_path, "comfyui-0.3.64", version="0.3.65")  # a folder renamed after an update
+    c = _checkout(tmp_path, "copy", version="0.33.0")
+    d = _checkout(tmp_path, "bare")
+    hosts, _ = configured_hosts({"COMFYUI_DIRS": f"{a}:{b}:{c}:{d}"})
+    assert [h.name for h in hosts] == ["comfyui-0.33.0#0", "comfyui-0.3.65", "comfyui-0.33.0#2", "comfyui-unknown-bare"]

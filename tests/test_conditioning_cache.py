@@ -291,7 +291,7 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temp_file(cache_dir, monk
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("safetensors.torch.save_file", half_write)
-    with pytest.raises(H3KitInputError, match="No space left"):
+    with pytest.raises(H3KitInputError, match="disk is full; the existing file is unchanged"):
         save_node(cache_dir, h3_like(), name="safe", overwrite=True)
     assert (cache_dir / "safe.safetensors").read_bytes() == before
     assert [p.name for p in cache_dir.iterdir()] == ["safe.safetensors"]

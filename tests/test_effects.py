@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import builtins
+import copy
 import io
 import json
 import re
 import struct
-import zlib
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
+from h3_standins import KEY, StandInMiniMaxH3Tokenizer, h3_clip, hash_ids
+from h3kit.checks.rules_lints import lint_effect_markers_reach_the_encoder
+from h3kit.nodes import effects as fx
 from h3kit.nodes.common import H3KitInputError
+from h3kit.nodes.effect_tokens import EffectTokenizer
 from h3kit.nodes.effects import H3KitEffectPrompt, H3KitEffectSplice
 from safetensors.torch import save_file
 
@@ -48,7 +51,7 @@ def effects(emb_dir) -> dict[str, torch.Tensor]:
 
 
 def run_prompt(prompt: str, effect: str = "fx_a.safetensors", **kw) -> tuple[str, dict]:
-    text, report = H3KitEffectPrompt().execute(prompt, effect, **kw)
+    text, report, _ = H3KitEffectPrompt().execute(prompt, effect, **kw)
     return text, json.loads(report)
 
 
@@ -126,7 +129,7 @@ def test_listing_outside_comfyui_without_folder_is_empty(monkeypatch):
 def test_each_position_mode(effects, position, expected):
     text, report = run_prompt(H3_PROMPT, position=position)
     assert text == expected
-    assert report["position_used"] == position and report["fallbacks"] == []
+    assert report["position_used"] == position and not [f for f in report["fallbacks"] if "placed" in f]
     assert report["effects"][0]["marker"] == "embedding:fx_a" and report["rows_total"] == 7
 
 
@@ -297,142 +300,321 @@ def test_file_name_with_space_cannot_become_a_marker(emb_dir):
         run_prompt("A cat.", "my fx.safetensors")
 
 
-# ------------------------------------------------------------------------------------------- splice stand-in
-VOCAB = 97
-PAD = 0
+# ------------------------------------------------------------------------------------------- the encoder path
+# Stand-ins follow ComfyUI 0.33.0's classes (tests/h3_standins.py; checked against the real ones in
+# tests/test_effects_comfyui.py). parse_markers=False is 0.33.0, whose MiniMax-H3 tokenizer reads markers as text.
+SHIPPED = json.loads((Path(fx.__file__).resolve().parents[1] / "workflows" / "api" / "h3_effects_t2va.json")
+                     .read_text(encoding="utf-8"))
 
 
-class WordTokenizer:
-    """Inner-tokenizer stand-in with ComfyUI's token-list contract (NEW sd1_clip): words -> int ids, and
-    `embedding:<name>` after whitespace (or at the very start) -> one (row tensor, weight) entry per row."""
-
-    def __init__(self, folder: Path, width: int, declare: bool = True):
-        self.folder = folder
-        if declare:
-            self.embedding_size = width
-
-    def _rows(self, name: str) -> torch.Tensor | None:
-        from safetensors.torch import load_file
-
-        for candidate in (self.folder / name, self.folder / f"{name}.safetensors"):
-            if candidate.is_file():
-                return next(iter(load_file(str(candidate)).values()))
-        return None
-
-    def tokenize_with_weights(self, text: str) -> list:
-        entries: list = []
-        for i, piece in enumerate(re.split(r"(?<=\s)embedding:", text)):
-            if i > 0 or piece.startswith("embedding:"):
-                name, _, piece = piece.removeprefix("embedding:").partition(" ")
-                rows = self._rows(name)
-                if rows is not None:
-                    entries.extend((row, 1.0) for row in rows)
-            entries.extend((zlib.crc32(word.encode()) % (VOCAB - 1) + 1, 1.0) for word in piece.split())
-        return [entries]
+def image_to_video(clip, prompt: str, images=()) -> torch.Tensor:
+    """What MiniMaxH3ImageToVideo does with its clip and prompt (comfy_extras/nodes_minimax_h3.py)."""
+    return clip.encode_from_tokens_scheduled(clip.tokenize(prompt, images=list(images)))[0][0]
 
 
-class StandInClip:
-    """CLIP stand-in: tokenize() -> {key: [[(token, weight), ...]]}; encode_from_tokens_scheduled() embeds ints,
-    splices tensor entries like SDClipModel.process_tokens (wrong width: dropped, pad appended) and mixes
-    causally (running mean), returning [[cond [1, L, W], {"pooled_output": None}]]."""
-
-    key = "qwen3vl_32b"
-
-    def __init__(self, folder: Path, width: int = WIDTH, declare: bool = True, drop_rows: bool = False):
-        self.width, self.drop_rows = width, drop_rows
-        self.tokenizer = SimpleNamespace(clip=self.key, **{self.key: WordTokenizer(folder, width, declare)})
-        self.table = torch.randn(VOCAB, width, generator=torch.Generator().manual_seed(7))
-        self.encoded: list = []
-
-    def tokenize(self, text: str, return_word_ids: bool = False, **_) -> dict:
-        return {self.key: getattr(self.tokenizer, self.key).tokenize_with_weights(text)}
-
-    def encode_from_tokens_scheduled(self, tokens: dict) -> list:
-        (batch,) = tokens[self.key]
-        self.encoded.append(batch)
-        vectors, padding = [], 0
-        for token, _ in batch:
-            if not torch.is_tensor(token):
-                vectors.append(self.table[token])
-            elif token.shape[-1] == self.width:
-                vectors.append(token.float())
-            elif not self.drop_rows:
-                padding += 1
-        vectors += [self.table[PAD]] * padding
-        seq = torch.stack(vectors)
-        mixed = seq.cumsum(0) / torch.arange(1, len(seq) + 1).unsqueeze(1)
-        return [[mixed.unsqueeze(0), {"pooled_output": None}]]
+def prompt_node(prompt: str = H3_PROMPT, effect: str = "fx_a.safetensors", **kw):
+    text, report, clip = H3KitEffectPrompt().execute(prompt, effect, **kw)
+    return text, json.loads(report), clip
 
 
+def table_rows(clip, text: str) -> torch.Tensor:
+    return clip.cond_stage_model.rows(hash_ids(text))
+
+
+def test_f15_the_033_tokenizer_reads_a_marker_as_text(effects, emb_dir):
+    clip = h3_clip(emb_dir)
+    marked, _ = run_prompt(H3_PROMPT)
+    (batch,) = clip.tokenize(marked)[KEY]
+    assert not any(torch.is_tensor(entry[0]) for entry in batch)
+    assert [entry[0] for entry in batch] == hash_ids(marked)  # " embedding:fx_a" became text ids
+
+
+@pytest.mark.parametrize(("position", "before"), [
+    ("after_first_shot_tag", "integrated_multimodal_description: [Shot 1] "),
+    ("after_first_sentence", "integrated_multimodal_description: [Shot 1] A cat sleeps on a wall. "),
+    ("end", "integrated_multimodal_description: [Shot 1] A cat sleeps on a wall. It wakes and jumps. "),
+])
+@pytest.mark.parametrize("strength", [1.0, 0.5, 2.0])
+def test_f15_the_clip_output_carries_the_rows_at_the_position_scaled_once(effects, emb_dir, position, before,
+                                                                          strength):
+    text, report, clip = prompt_node(position=position, strength=strength, clip=h3_clip(emb_dir))
+    cond = image_to_video(clip, text)
+    after = text.split("embedding:fx_a", 1)[1].split()
+    start = len(hash_ids(before))
+    assert report["effects"][0]["token_index"] == start and report["prompt_tokens"] == cond.shape[1]
+    assert cond.shape == (1, start + 7 + len(hash_ids(" ".join(after))), 5120)
+    assert torch.equal(cond[0, :start], table_rows(clip, before))
+    assert torch.equal(cond[0, start:start + 7], effects["fx_a"] * strength)
+    assert torch.equal(cond[0, start + 7:], table_rows(clip, " ".join(after)))
+    assert "plain text" in report["markers_resolved_by"]
+
+
+def test_three_effects_in_a_row_keep_their_own_rows_and_order(effects, emb_dir):
+    write_effect(emb_dir, "fx_c.safetensors", (2, WIDTH), seed=5)
+    text, report, clip = prompt_node(effect="fx_b.safetensors", effect_2="fx_a.safetensors",
+                                     effect_3="fx_c.safetensors", strength=0.25, clip=h3_clip(emb_dir))
+    cond = image_to_video(clip, text)
+    start = len(hash_ids("integrated_multimodal_description: [Shot 1] "))
+    starts = [e["token_index"] for e in report["effects"]]
+    assert starts == [start, start + 3, start + 10]
+    from safetensors.torch import load_file
+
+    expected = torch.cat([effects["fx_b"], effects["fx_a"], load_file(str(emb_dir / "fx_c.safetensors"))[KEY]])
+    assert torch.equal(cond[0, start:start + 12], expected * 0.25)
+
+
+def test_reference_images_come_first_and_shift_the_rows(effects, emb_dir):
+    images = [torch.rand(1, 8, 8, 3), torch.rand(1, 8, 8, 3)]
+    text, report, clip = prompt_node(clip=h3_clip(emb_dir))
+    (batch,) = clip.tokenize(text, images=images)[KEY]
+    host = StandInMiniMaxH3Tokenizer(None)
+    (prefix,) = host.tokenize_with_weights("", images=images)[KEY]
+    assert [type(e[0]) for e in batch[:len(prefix)]] == [type(e[0]) for e in prefix]
+    start = len(prefix) + report["effects"][0]["token_index"]
+    assert torch.equal(torch.stack([e[0] for e in batch[start:start + 7]]), effects["fx_a"])
+    cond = image_to_video(clip, text, images)
+    assert cond.shape[1] == len(batch)  # one vision row each in the stand-in encoder
+
+
+def test_with_a_marker_parsing_host_the_clip_output_tokenizes_exactly_like_it(effects, emb_dir):
+    # The newer upstream tokenizer parses markers itself: the clip output must give the same entries (strength 1).
+    native = h3_clip(emb_dir, parse_markers=True)
+    text, report, clip = prompt_node(clip=native)
+    (ours,) = clip.tokenize(text)[KEY]
+    (theirs,) = native.tokenize(text)[KEY]
+    assert len(ours) == len(theirs)
+    for x, y in zip(ours, theirs, strict=True):
+        assert (torch.equal(x[0], y[0]) if torch.is_tensor(x[0]) else x[0] == y[0]) and x[1] == y[1] == 1.0
+    assert report["markers_resolved_by"].startswith("the host's MiniMax-H3 tokenizer (it parses markers)")
+
+
+def test_the_clip_output_is_a_clone_and_the_input_clip_is_untouched(effects, emb_dir):
+    raw = h3_clip(emb_dir)
+    _, _, clip = prompt_node(clip=raw)
+    assert clip is not raw and raw.tokenizer.__class__ is StandInMiniMaxH3Tokenizer
+    assert isinstance(clip.tokenizer, EffectTokenizer) and clip.cond_stage_model is raw.cond_stage_model
+    assert clip.tokenizer.untokenize([(5, 1.0)]) == raw.tokenizer.untokenize([(5, 1.0)])
+
+
+def test_chained_effect_prompts_apply_strength_once(effects, emb_dir):
+    _, _, first = prompt_node(strength=3.0, clip=h3_clip(emb_dir))
+    text, report, second = prompt_node(strength=0.5, clip=first)
+    start = report["effects"][0]["token_index"]
+    assert torch.equal(image_to_video(second, text)[0, start:start + 7], effects["fx_a"] * 0.5)
+    assert any("strength replaces" in w for w in report["warnings"])
+
+
+def test_a_typed_marker_the_encoder_cannot_load_stops_the_node(effects, emb_dir):
+    with pytest.raises(H3KitInputError, match="cannot load embedding:nope"):
+        prompt_node(H3_PROMPT + " Then embedding:nope here.", clip=h3_clip(emb_dir))
+
+
+def test_a_typed_marker_it_can_load_gets_the_strength_too(effects, emb_dir):
+    text, report, clip = prompt_node(H3_PROMPT + " Then embedding:fx_b here.", "none", strength=2.0,
+                                     clip=h3_clip(emb_dir))
+    cond = image_to_video(clip, text)
+    (span,) = clip.tokenizer.prompt_tokens(text)[1]
+    assert span[0] == "embedding:fx_b" and span[2] == 3
+    assert torch.equal(cond[0, span[1]:span[1] + 3], effects["fx_b"] * 2.0)
+
+
+def test_rows_the_encoders_loader_reads_differently_are_refused(effects, emb_dir, tmp_path):
+    other = tmp_path / "host_embeddings"
+    write_effect(other, "fx_a.safetensors", (7, WIDTH), seed=99)  # same name, other rows, in the encoder's folder
+    with pytest.raises(H3KitInputError, match="differ from the") as err:
+        prompt_node(clip=h3_clip(other))
+    assert err.value.input_name == "effect"
+
+
+def test_an_encoder_without_the_file_is_refused_naming_its_folders(effects, emb_dir, tmp_path):
+    with pytest.raises(H3KitInputError, match="finds no embedding:fx_a in its folders") as err:
+        prompt_node(clip=h3_clip(tmp_path / "elsewhere"))
+    assert str(tmp_path / "elsewhere") in str(err.value)
+
+
+def test_another_encoder_width_is_refused(effects, emb_dir):
+    clip = h3_clip(emb_dir)
+    clip.tokenizer.qwen3vl_32b.embedding_size = 3840
+    with pytest.raises(H3KitInputError, match="3840-wide"):
+        prompt_node(clip=clip)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -0.5, float("inf")])
+def test_strength_must_be_finite_and_not_negative(effects, emb_dir, bad):
+    with pytest.raises(H3KitInputError, match="strength"):
+        prompt_node(strength=bad, clip=h3_clip(emb_dir))
+
+
+def test_strength_without_clip_is_refused(effects):
+    with pytest.raises(H3KitInputError, match="needs|not connected"):
+        prompt_node(strength=0.5)
+
+
+@pytest.mark.parametrize(("parses", "outcome"), [(False, "error"), (True, "checked")])
+def test_f15_without_clip_the_hosts_own_tokenizer_is_asked(effects, emb_dir, monkeypatch, parses, outcome):
+    monkeypatch.setattr(fx, "host_loaded", lambda name="folder_paths": name == fx.H3_TOKENIZER_MODULE)
+    monkeypatch.setattr(fx, "_host_h3_tokenizer", lambda folders: StandInMiniMaxH3Tokenizer(
+        list(folders), parse_markers=parses))
+    if outcome == "error":
+        with pytest.raises(H3KitInputError, match="reads embedding: markers as plain text") as err:
+            prompt_node()
+        assert "'clip' output" in str(err.value) and err.value.input_name == "clip"
+    else:
+        assert "checked: it parses markers" in prompt_node()[1]["markers_resolved_by"]
+
+
+def test_without_clip_or_host_the_check_is_a_visible_fallback(effects):
+    _, report, clip = prompt_node()
+    assert clip is None and report["markers_resolved_by"] == "not checked"
+    assert any("cannot check" in f for f in report["fallbacks"])
+
+
+def test_no_effect_and_no_marker_needs_no_encoder(effects, emb_dir):
+    text, report, clip = prompt_node(effect="none", clip=h3_clip(emb_dir))
+    assert text == H3_PROMPT and report["markers_resolved_by"] == "nothing to resolve"
+    assert torch.equal(image_to_video(clip, text), table_rows(clip, H3_PROMPT).unsqueeze(0))
+
+
+# ------------------------------------------------------------------------------------------- wiring (graph)
+def shipped() -> dict:
+    return copy.deepcopy(SHIPPED)
+
+
+def test_f15_the_shipped_graph_feeds_prompt_and_clip_from_the_effect_prompt():
+    graph = shipped()
+    effect_id = next(k for k, n in graph.items() if n["class_type"] == "H3KitEffectPrompt")
+    encoder = next(n for n in graph.values() if n["class_type"] == "MiniMaxH3ImageToVideo")["inputs"]
+    assert encoder["prompt"] == [effect_id, 0] and encoder["clip"] == [effect_id, 2]
+    loader = graph[effect_id]["inputs"]["clip"][0]
+    assert graph[loader]["class_type"] == "CLIPLoader" and graph[loader]["inputs"]["type"] == "minimax"
+    assert lint_effect_markers_reach_the_encoder(graph, {}) == []
+
+
+def test_f15_an_encoder_taking_the_raw_clip_is_an_error_offline_and_at_run_time(effects, emb_dir):
+    graph = shipped()
+    effect_id = next(k for k, n in graph.items() if n["class_type"] == "H3KitEffectPrompt")
+    encoder_id = next(k for k, n in graph.items() if n["class_type"] == "MiniMaxH3ImageToVideo")
+    graph[encoder_id]["inputs"]["clip"] = graph[effect_id]["inputs"]["clip"]
+    (problem,) = lint_effect_markers_reach_the_encoder(graph, {})
+    assert problem.severity == "error" and problem.node_id == encoder_id and "'clip' output" in problem.fix
+    with pytest.raises(H3KitInputError, match="not from H3KitEffectPrompt's clip output"):
+        prompt_node(clip=h3_clip(emb_dir), graph=graph, unique_id=effect_id)
+    assert prompt_node(clip=h3_clip(emb_dir), graph=shipped(), unique_id=effect_id)[2] is not None
+
+
+def test_f15_no_clip_into_the_effect_prompt_is_a_warning_offline():
+    graph = shipped()
+    effect_id = next(k for k, n in graph.items() if n["class_type"] == "H3KitEffectPrompt")
+    encoder_id = next(k for k, n in graph.items() if n["class_type"] == "MiniMaxH3ImageToVideo")
+    graph[encoder_id]["inputs"]["clip"] = graph[effect_id]["inputs"].pop("clip")
+    (problem,) = lint_effect_markers_reach_the_encoder(graph, {})
+    assert problem.severity == "warning" and problem.node_id == effect_id and "plain text" in problem.message
+    graph[effect_id]["inputs"]["effect"] = "none"
+    assert lint_effect_markers_reach_the_encoder(graph, {}) == []
+
+
+def test_the_clip_output_wired_without_a_clip_input_is_an_error_offline_and_at_run_time(effects):
+    graph = shipped()
+    effect_id = next(k for k, n in graph.items() if n["class_type"] == "H3KitEffectPrompt")
+    del graph[effect_id]["inputs"]["clip"]
+    problems = [p for p in lint_effect_markers_reach_the_encoder(graph, {}) if p.severity == "error"]
+    (problem,) = problems
+    assert "has no text encoder on its 'clip' input" in problem.message and problem.input == "clip"
+    with pytest.raises(H3KitInputError, match="no text encoder on its 'clip' input"):
+        prompt_node(graph=graph, unique_id=effect_id)
+
+
+def test_a_host_tokenizer_that_cannot_be_asked_is_a_visible_fallback(effects, monkeypatch):
+    def broken(folders):
+        raise OSError("qwen25_tokenizer/vocab.json missing")
+
+    monkeypatch.setattr(fx, "host_loaded", lambda name="folder_paths": name == fx.H3_TOKENIZER_MODULE)
+    monkeypatch.setattr(fx, "_host_h3_tokenizer", broken)
+    _, report, _ = prompt_node()
+    assert report["markers_resolved_by"] == "not checked"
+    assert any("OSError" in f and "vocab.json" in f for f in report["fallbacks"])
+
+
+def test_f15_a_marker_typed_into_the_h3_node_is_flagged():
+    graph = shipped()
+    encoder_id = next(k for k, n in graph.items() if n["class_type"] == "MiniMaxH3ImageToVideo")
+    graph[encoder_id]["inputs"]["prompt"] = "A cat. embedding:fx_a It jumps."
+    graph[encoder_id]["inputs"]["clip"] = ["3", 0]
+    problems = lint_effect_markers_reach_the_encoder(graph, {})
+    assert [(p.node_id, p.input) for p in problems] == [(encoder_id, "prompt")]
+
+
+# ------------------------------------------------------------------------------------------- splice
 def splice(clip, prompt: str = H3_PROMPT, effect: str = "fx_a.safetensors", **kw) -> tuple[torch.Tensor, dict]:
     cond, report = H3KitEffectSplice().execute(clip, prompt, effect, **kw)
     return cond[0][0], json.loads(report)
 
 
-@pytest.mark.parametrize(("position", "words_before"), [
-    ("after_first_shot_tag", 3),     # "integrated_multimodal_description:", "[Shot", "1]"
-    ("after_first_sentence", 9),     # the three above + "A", "cat", "sleeps", "on", "a", "wall."
-    ("end", 13),
-])
-def test_splice_inserts_exactly_n_rows_at_the_position(effects, emb_dir, position, words_before):
-    clip = StandInClip(emb_dir)
-    words = len(H3_PROMPT.split())
+CUTS = {"after_first_shot_tag": "integrated_multimodal_description: [Shot 1]",
+        "after_first_sentence": "integrated_multimodal_description: [Shot 1] A cat sleeps on a wall.",
+        "end": H3_PROMPT}
+
+
+@pytest.mark.parametrize("position", list(CUTS))
+def test_splice_inserts_exactly_n_rows_at_the_position(effects, emb_dir, position):
+    clip = h3_clip(emb_dir)
     cond, report = splice(clip, position=position)
-    (batch,) = clip.encoded
-    assert len(batch) == words + 7
-    inserted = [t for t, _ in batch[words_before:words_before + 7]]
-    assert all(torch.is_tensor(t) and t.shape == (WIDTH,) for t in inserted)
-    assert torch.equal(torch.stack(inserted), effects["fx_a"])
-    assert not any(torch.is_tensor(t) for t, _ in batch[:words_before] + batch[words_before + 7:])
-    assert report["rows_spliced"] == 7 and report["insert_at_token"] == words_before
-    assert report["tokens_before"] == words and report["tokens_after"] == words + 7
-    assert report["conditioning_shape"] == [1, words + 7, WIDTH]
+    before, total = len(hash_ids(CUTS[position])), len(hash_ids(H3_PROMPT))
+    (batch,) = clip.cond_stage_model.encoded
+    assert len(batch) == total + 7
+    assert torch.equal(torch.stack([t for t, _ in batch[before:before + 7]]), effects["fx_a"])
+    assert not any(torch.is_tensor(t) for t, _ in batch[:before] + batch[before + 7:])
+    assert torch.equal(cond[0, before:before + 7], effects["fx_a"])  # passthrough encoder: rows = conditioning
+    assert report["rows_spliced"] == 7 and report["insert_at_token"] == before
+    assert report["tokens_before"] == total and report["tokens_after"] == total + 7
+    assert report["conditioning_shape"] == [1, total + 7, WIDTH]
 
 
-def test_splice_matches_the_native_marker_path_and_leaves_the_prefix_alone(effects, emb_dir):
-    clip = StandInClip(emb_dir)
-    marked, _ = run_prompt(H3_PROMPT)
-    native = clip.encode_from_tokens_scheduled(clip.tokenize(marked))[0][0]
-    plain = clip.encode_from_tokens_scheduled(clip.tokenize(H3_PROMPT))[0][0]
-    spliced, _ = splice(clip)
-    assert torch.equal(spliced, native)
-    assert torch.equal(spliced[:, :3], plain[:, :3])      # causal: tokens before the effect are unchanged
+def test_splice_leaves_the_tokens_before_the_effect_alone(effects, emb_dir):
+    clip = h3_clip(emb_dir, kind="mix")
+    plain = image_to_video(clip, H3_PROMPT)
+    spliced, report = splice(clip)
+    before = report["insert_at_token"]
+    assert torch.equal(spliced[:, :before], plain[:, :before])  # causal: tokens before the effect are unchanged
     assert not torch.allclose(spliced[:, -1], plain[:, -1])
 
 
 def test_splice_never_uses_position_zero(effects, emb_dir):
-    clip = StandInClip(emb_dir)
+    clip = h3_clip(emb_dir)
     _, report = splice(clip, prompt="Cat", position="after_first_shot_tag")
     assert report["insert_at_token"] == 1 and report["position_used"] == "end"
-    assert not torch.is_tensor(clip.encoded[0][0][0])
+    assert not torch.is_tensor(clip.cond_stage_model.encoded[0][0][0])
     with pytest.raises(H3KitInputError, match="F15"):
         splice(clip, prompt="  ")
 
 
-def test_splice_strength_scales_the_rows(effects, emb_dir):
-    clip = StandInClip(emb_dir)
-    splice(clip, effect="fx_b.safetensors", position="end", strength=0.5)
-    rows = torch.stack([t for t, _ in clip.encoded[0] if torch.is_tensor(t)])
-    torch.testing.assert_close(rows, effects["fx_b"] * 0.5)
+@pytest.mark.parametrize("strength", [0.5, 2.0])
+def test_splice_strength_scales_the_rows_once(effects, emb_dir, strength):
+    clip = h3_clip(emb_dir)
+    cond, report = splice(clip, effect="fx_b.safetensors", position="end", strength=strength)
+    start = report["insert_at_token"]
+    assert torch.equal(cond[0, start:start + 3], effects["fx_b"] * strength)
 
 
 def test_splice_refuses_an_encoder_declaring_another_width(emb_dir):
     write_effect(emb_dir, "fx_a.safetensors", (7, WIDTH))
+    clip = h3_clip(emb_dir)
+    clip.tokenizer.qwen3vl_32b.embedding_size = 3840
     with pytest.raises(H3KitInputError, match="3840.*Gemma-3-12B"):
-        splice(StandInClip(emb_dir, width=3840))
+        splice(clip)
 
 
-def test_splice_catches_rows_dropped_by_an_undeclared_encoder(emb_dir):
+def test_splice_catches_rows_the_encoder_drops(emb_dir):
     write_effect(emb_dir, "fx_a.safetensors", (7, WIDTH))
+    clip = h3_clip(emb_dir, table=torch.randn(1024, 3840))  # a 3840-wide model behind a tokenizer that says 5120
     with pytest.raises(H3KitInputError, match="were not applied"):
-        splice(StandInClip(emb_dir, width=3840, declare=False))
+        splice(clip)
 
 
 def test_splice_counts_the_encoded_positions(emb_dir):
     write_effect(emb_dir, "fx_a.safetensors", (7, WIDTH))
-    clip = StandInClip(emb_dir, width=3840, declare=False, drop_rows=True)
-    clip.width = WIDTH  # claims the right width but silently loses tensor entries
-    clip.encode_from_tokens_scheduled = lambda tokens: [[torch.zeros(1, len(H3_PROMPT.split()), WIDTH), {}]]
+    clip = h3_clip(emb_dir)
+    clip.encode_from_tokens_scheduled = lambda tokens: [[torch.zeros(1, len(hash_ids(H3_PROMPT)), WIDTH), {}]]
     with pytest.raises(H3KitInputError, match="cannot be verified"):
         splice(clip)
 
@@ -440,7 +622,7 @@ def test_splice_counts_the_encoded_positions(emb_dir):
 @pytest.mark.parametrize("tokenized", [torch.arange(5), {"qwen3vl_32b": torch.arange(5)},
                                        {"qwen3vl_32b": [[1, 2, 3]]}, {"qwen3vl_32b": [[("a", 1.0)]]}])
 def test_splice_refuses_a_tokenizer_without_the_token_list_form(effects, emb_dir, tokenized):
-    clip = StandInClip(emb_dir)
+    clip = h3_clip(emb_dir)
     clip.tokenize = lambda text, **_: tokenized
     with pytest.raises(H3KitInputError, match="token-list form"):
         splice(clip)
@@ -448,77 +630,40 @@ def test_splice_refuses_a_tokenizer_without_the_token_list_form(effects, emb_dir
 
 def test_f15_splice_refuses_a_prompt_starting_with_a_marker(effects, emb_dir):
     with pytest.raises(H3KitInputError, match="F15"):
-        splice(StandInClip(emb_dir), prompt=" embedding:fx_b " + H3_PROMPT)
+        splice(h3_clip(emb_dir), prompt=" embedding:fx_b " + H3_PROMPT)
 
 
 def test_splice_refuses_a_wrong_width_file(effects, emb_dir):
     with pytest.raises(H3KitInputError, match="4096"):
-        splice(StandInClip(emb_dir), effect="fx_t5.safetensors")
+        splice(h3_clip(emb_dir), effect="fx_t5.safetensors")
 
 
-# ------------------------------------------------------------------------------------------- splice: independent proof
-KEY = "qwen3vl_32b"
-MARKED = {  # the prompt as a user would write it with the marker (H3_PROMPT's words: 3 before the shot text)
-    "after_first_shot_tag": ("integrated_multimodal_description: [Shot 1] embedding:fx_a A cat sleeps on a wall. "
-                             "It wakes and jumps.", 3),
-    "after_first_sentence": ("integrated_multimodal_description: [Shot 1] A cat sleeps on a wall. embedding:fx_a "
-                             "It wakes and jumps.", 9),
-    "end": ("integrated_multimodal_description: [Shot 1] A cat sleeps on a wall. It wakes and jumps. embedding:fx_a", 13),
-}
-
-
-def same_token(x, y) -> bool:
-    if torch.is_tensor(x) or torch.is_tensor(y):
-        return torch.is_tensor(x) and torch.is_tensor(y) and torch.equal(x, y)
-    return x == y
-
-
-def same_entries(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(same_token(x[0], y[0]) for x, y in zip(a, b, strict=True))
-
-
-@pytest.mark.parametrize("position", list(MARKED))
-def test_splice_equals_an_independent_encoding_with_and_without_the_effect(effects, emb_dir, position):
-    # Encode the prompt once without and once with the effect through the tokenizer stand-in (which loads the
-    # file itself, like ComfyUI's embedding: markers) and compare token lists with what the node encoded.
-    marked, before = MARKED[position]
-    clip = StandInClip(emb_dir)
-    without = clip.tokenize(H3_PROMPT)[KEY][0]
-    with_effect = clip.tokenize(marked)[KEY][0]
-    splice(clip, position=position)
-    (encoded,) = clip.encoded
-    assert len(without) == 13 and len(with_effect) == 13 + 7
-    assert same_entries(encoded, with_effect)
-    assert same_entries(encoded[:before] + encoded[before + 7:], without)
-    assert all(torch.is_tensor(t) for t, _ in encoded[before:before + 7])
-
-
-def test_splice_rows_are_cross_checked_with_the_encoders_tokenizer(effects, emb_dir):
-    _, report = splice(StandInClip(emb_dir), strength=0.5)
-    assert report["host_rows"] == "7 rows equal to the encoder tokenizer's embedding:fx_a"
+def test_splice_rows_are_cross_checked_with_the_encoders_loader_on_the_033_tokenizer(effects, emb_dir):
+    _, report = splice(h3_clip(emb_dir), strength=0.5)
+    assert report["host_rows"] == "7 rows equal to the encoder's embedding loader's embedding:fx_a"
     assert report["fallbacks"] == []
 
 
-def test_splice_refuses_rows_the_encoders_tokenizer_loads_differently(effects, emb_dir, tmp_path):
+def test_splice_refuses_rows_the_encoders_loader_reads_differently(effects, emb_dir, tmp_path):
     other = tmp_path / "host_embeddings"
     write_effect(other, "fx_a.safetensors", (7, WIDTH), seed=99)  # same name, other rows, in the host's folder
     with pytest.raises(H3KitInputError, match="differ") as err:
-        splice(StandInClip(other))
+        splice(h3_clip(other))
     assert err.value.input_name == "effect"
 
 
-def test_splice_without_the_host_cross_check_says_so(effects, emb_dir, tmp_path):
-    _, report = splice(StandInClip(tmp_path / "no_such_folder"))
+def test_splice_without_the_host_cross_check_says_why(effects, emb_dir, tmp_path):
+    _, report = splice(h3_clip(tmp_path / "no_such_folder"))
     assert report["host_rows"] == "not checked"
-    assert any("does not resolve embedding:fx_a" in text for text in report["fallbacks"])
+    (reason,) = report["fallbacks"]
+    assert "finds no embedding:fx_a in its embeddings folders" in reason and "no_such_folder" in reason
 
 
 def test_splice_proof_does_not_trust_the_list_it_built(effects, emb_dir, tmp_path, monkeypatch):
     # The rows read at execution lose one (file rewritten after its header was read, or a splice bug): the proof
     # compares the encoder's positions with the header's 7 rows, so it notices; re-counting the list would not.
-    from h3kit.nodes import effects as fx
-
     real = fx.load_effect_rows
     monkeypatch.setattr(fx, "load_effect_rows", lambda *a: real(*a)[:6])
-    with pytest.raises(H3KitInputError, match=r"13 prompt tokens \+ 7 effect rows = 20 positions"):
-        splice(StandInClip(tmp_path / "no_such_folder"))
+    total = len(hash_ids(H3_PROMPT))
+    with pytest.raises(H3KitInputError, match=rf"{total} prompt tokens \+ 7 effect rows = {total + 7} positions"):
+        splice(h3_clip(tmp_path / "no_such_folder"))

@@ -1,15 +1,28 @@
-"""Issue 6, tier (b): H3KitEffectPrompt inside a real ComfyUI with synthetic effect files in its embeddings folder."""
+"""Tier (b): effects on real ComfyUI hosts (issues 6 and 24).
+
+On a server: H3KitEffectPrompt with synthetic effect files in its embeddings folder. In the host's python
+(tests/effects_host_probe.py, every checkout in COMFYUI_DIRS that has the MiniMax-H3 text encoder): the shipped
+effects graph's conditioning on a tiny host-built H3 text encoder, H3KitEffectSplice's cross-check, and the tier-(a)
+stand-ins (tests/h3_standins.py) against the real classes. The Qwen tokenizer files the H3 tokenizer reads
+(comfy/text_encoders/qwen25_tokenizer) are in the host checkout; no test needs the missing qwen35 vocabulary.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
+from subprocess import run as run_process
 
 import pytest
 import torch
-from comfyui_host import execution_errors
+from comfyui_host import NATIVE_H3, execution_errors
 from safetensors.torch import save_file
 
 pytestmark = pytest.mark.comfyui
+PACK_ROOT = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).with_name("effects_host_probe.py")
+ROWS = 94  # the probe's minimaxh3_bullet_time: the published row count of that effect (field-notes §D)
 
 PROMPT = "integrated_multimodal_description: [Shot 1] A kite rises over a beach. The wind drops."
 FILES = {"h3kit_fx_good.safetensors": (9, 5120), "h3kit_fx_t5.safetensors": (50, 4096)}
@@ -51,13 +64,30 @@ def test_effect_combo_lists_the_server_embeddings_folder(server_effects):
     ("end", PROMPT + " embedding:h3kit_fx_good"),
 ])
 def test_effect_prompt_runs_on_the_server(server_effects, position, expected):
+    if server_effects.has(NATIVE_H3):
+        pytest.skip(f"{server_effects.host.name} has a MiniMax-H3 tokenizer: see the no-clip test below")
     entry = server_effects.run_graph(effect_graph("h3kit_fx_good.safetensors", position))
     assert entry["status"]["status_str"] == "success", entry["status"]
     (text,) = entry["outputs"]["2"]["text"]
     assert text == expected
     report = json.loads(entry["outputs"]["3"]["text"][0])
     assert report["effects"][0]["rows"] == 9 and report["effects"][0]["width"] == 5120
-    assert report["position_used"] == position
+    assert report["position_used"] == position and report["markers_resolved_by"] == "not checked"
+
+
+def test_f15_without_clip_a_native_h3_host_is_asked_whether_it_parses_markers(server_effects):
+    # No clip wired: the node asks this server's own MiniMax-H3 tokenizer. One that reads the marker as text
+    # (ComfyUI 0.33.0) stops the run naming the fix; one that parses it passes, saying it checked.
+    server_effects.require(NATIVE_H3)
+    entry = server_effects.run_graph(effect_graph("h3kit_fx_good.safetensors"))
+    if entry["status"]["status_str"] == "error":
+        (error,) = execution_errors(entry)
+        assert error["node_type"] == "H3KitEffectPrompt"
+        assert "reads embedding: markers as plain text" in error["exception_message"]
+        assert "'clip' output" in error["exception_message"]
+    else:
+        report = json.loads(entry["outputs"]["3"]["text"][0])
+        assert report["markers_resolved_by"] == "the host's MiniMax-H3 tokenizer (checked: it parses markers)"
 
 
 def test_wrong_width_effect_fails_loudly_on_the_server(server_effects):
@@ -66,3 +96,70 @@ def test_wrong_width_effect_fails_loudly_on_the_server(server_effects):
     errors = execution_errors(entry)
     assert errors and "4096" in errors[0]["exception_message"] and "T5-XXL" in errors[0]["exception_message"]
     assert errors[0]["node_type"] == "H3KitEffectPrompt"
+
+
+# ------------------------------------------------------------------------------------------- in the host's python
+def _hosts() -> list[tuple[str, str]]:
+    dirs = [d for d in os.environ.get("COMFYUI_DIRS", os.environ.get("COMFYUI_DIR", "")).split(os.pathsep) if d]
+    return [(folder, os.environ.get(f"H3KIT_HOST_PYTHON_{index}") or (
+        os.environ.get("COMFYUI_PYTHON") if index == 0 else None) or "") for index, folder in enumerate(dirs)]
+
+
+@pytest.fixture(scope="module", params=_hosts() or [("", "")], ids=lambda h: Path(h[0]).name or "no-host")
+def probe(request, tmp_path_factory):
+    folder, python = request.param
+    if not folder:
+        pytest.skip("COMFYUI_DIRS / COMFYUI_DIR is unset")
+    if not python:
+        pytest.skip(f"no python for {folder} (set H3KIT_HOST_PYTHON_<n> or COMFYUI_PYTHON)")
+    work = tmp_path_factory.mktemp("effects_probe")
+    done = run_process([python, str(PROBE), str(PACK_ROOT), str(work)], cwd=folder, capture_output=True, text=True,
+                       timeout=1800, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(f"{Path(folder).name}: {result['skip']}")
+    return result
+
+
+def test_the_tiny_encoder_loads_through_the_hosts_minimax_path(probe):
+    assert probe["encoder_classes"][1] == "MiniMaxH3TEModel" and probe["tokenizer_class"] == "MiniMaxH3Tokenizer"
+    assert probe["written"]["config"]["hidden_size"] == 5120 and probe["written"]["kind"] == "passthrough"
+
+
+@pytest.mark.parametrize("strength", ["1.0", "0.5"])
+def test_f15_shipped_effects_graph_carries_the_rows_after_shot_1_scaled_once(probe, strength):
+    run = probe[f"strength_{strength}"]
+    assert run["prompt"].startswith("integrated_multimodal_description: [Shot 1] embedding:minimaxh3_bullet_time A ")
+    # documented position: right after the tokens of "integrated_multimodal_description: [Shot 1] "
+    assert run["token_index"] == run["before_tokens"] == 13
+    assert run["shape"] == [1, 13 + ROWS + run["after_tokens"], 5120] and run["prompt_tokens"] == run["shape"][1]
+    assert run["before_equal"] and run["after_equal"]
+    assert run["rows_equal_strength_once"], "conditioning rows != file rows x strength"
+    assert run["tags_all_text"]
+    # the newer hosts' own parse of the same prompt puts the rows at the same place, same length
+    assert run["native_parse_length"] == run["shape"][1] and run["native_rows_at_same_index"]
+
+
+def test_f15_the_hosts_own_tokenizer_reads_the_marker_as_text_which_h3kit_reports(probe):
+    run = probe["strength_1.0"]
+    assert run["outer_reads_marker_as_text"] and len(run["literal_marker_ids"]) > 1
+    assert run["markers_resolved_by"] == \
+        "H3Kit's clip output (this host's MiniMax-H3 tokenizer reads markers as plain text)"
+
+
+def test_splice_cross_check_works_against_the_real_tokenizer(probe):
+    splice = probe["splice"]
+    assert splice["host_rows"] == f"{ROWS} rows equal to the encoder's embedding loader's embedding:minimaxh3_bullet_time"
+    assert splice["fallbacks"] == [] and splice["rows_equal"]
+    assert splice["insert_at_token"] == splice["prefix_ids"]
+    assert splice["shape"] == [1, splice["tokens_before"] + ROWS, 5120]
+
+
+def test_standins_match_the_real_classes(probe):
+    standins = probe["standins"]
+    assert standins["signatures"] == dict.fromkeys(standins["signatures"], True)
+    for kind in ("outer", "inner", "word_ids", "native", "encodings"):
+        assert standins[kind] and all(standins[kind]), (kind, standins[kind])
+    assert standins["inner_class"] == "Qwen3VLSDTokenizer"
+    assert {"vocab.json", "merges.txt"} <= set(standins["tokenizer_files"])

@@ -26,6 +26,9 @@ def test_documented_values_are_the_readme_and_field_notes_numbers():
     assert facts.H3_EMBEDDING_WIDTH == 5120
     assert facts.MIN_COMFYUI == (0, 34, 0)
     assert (facts.H3_LENGTH_MIN, facts.H3_LENGTH_STEP, facts.H3_LENGTH_MAX) == (5, 17, 362)
+    assert facts.H3_LENGTH_HOST_MAX == 3600  # ComfyUI 0.33.0 MiniMaxH3* length input
+    assert facts.H3_REF_SLOTS == {"ref_images": 9, "ref_videos": 3, "ref_video_audios": 3, "ref_audios": 3}
+    assert (facts.H3_REF_AUDIO_CLIPS_MAX, facts.H3_REF_FILES_MAX) == (3, 12)  # field-notes §C1
     assert facts.LTX_FRAME_STEP == 8 and facts.OUTPUT_SIDE_MULTIPLE == 64
     assert (facts.EXIT_OK, facts.EXIT_FAILED, facts.EXIT_INVALID, facts.EXIT_TIMEOUT, facts.EXIT_UNREACHABLE) == (
         0, 1, 2, 3, 4)

@@ -300,7 +300,7 @@ def test_two_self_referencing_links_neither_hang_listing_nor_markers(tmp_path, m
     monkeypatch.setattr(effects.os, "scandir", lambda p: scanned.append(p) or real_scandir(p))
     started = time.monotonic()
     assert effects.list_effect_files() == ["fx.safetensors"]
-    text, _ = effects.H3KitEffectPrompt().execute(
+    text, _, _ = effects.H3KitEffectPrompt().execute(
         "integrated_multimodal_description: [Shot 1] A cat embedding:x sleeps.", "fx.safetensors")
     assert "embedding:fx" in text
     assert time.monotonic() - started < 5 and len(scanned) <= 10  # each real folder once per walk

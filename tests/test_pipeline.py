@@ -195,6 +195,23 @@ def test_malformed_audio_is_refused():
     assert err.value.input_name == "audio"
 
 
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_broken_draft_stops_at_the_handoff_not_at_the_refiners_guard(bad):
+    """One non-finite pixel (or audio sample) of 22 frames: stage 1 failed. Passed on, the refine turns it into an
+    all-NaN latent and H3KitLatentGuard blames the LTX refiner (measured on ComfyUI 0.33.0 with a NaN tiny H3)."""
+    frames = numbered_frames(22)
+    frames[21, 31, 31, 2] = bad
+    with pytest.raises(H3KitInputError, match="the H3 draft is broken") as err:
+        handoff(frames)
+    assert err.value.input_name == "frames" and err.value.value == "1 NaN/Inf of 67,584 pixel values"
+    assert "stage 1" in err.value.fix and "H3 model" in err.value.fix
+    audio = torch.full((1, 2, 48000), 0.1)
+    audio[0, 1, -1] = bad
+    with pytest.raises(H3KitInputError, match="the H3 draft's audio is broken") as err:
+        handoff(numbered_frames(22), audio={"waveform": audio, "sample_rate": 48000})
+    assert err.value.input_name == "audio" and err.value.value == "1 NaN/Inf of 96,000 samples"
+
 # ------------------------------------------------------------------------------------------ refine setup
 @pytest.fixture
 def fake_samplers(monkeypatch):

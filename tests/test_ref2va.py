@@ -8,7 +8,7 @@ from pathlib import Path
 
 import h3kit
 import pytest
-from comfyui_host import execution_error
+from comfyui_host import NATIVE_H3, execution_error
 from h3kit.checks.validator import validate_file, validate_graph
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.ref2va import (
@@ -189,17 +189,50 @@ def test_zh_table_ships_as_data_with_source_and_licence():
 # ----------------------------------------------------------------------------- F20 length grid
 
 
-@pytest.mark.parametrize("length, fix", [(240, "use 226 or 243"), (4, "use 5"), (379, "use 362"), (3600, "use 362")])
-def test_f20_length_off_the_17k_plus_5_grid_is_rejected(length, fix):
+# The host's length input (MiniMaxH3ReferenceToVideo, ComfyUI 0.33.0): min 5, max 3600, snapped up to 17k+5.
+# Boundaries n-1, n, n+1 around each limit: 4/5/6, 361/362/363 (trained ceiling), 3599/3600/3601 (host maximum).
+@pytest.mark.parametrize("length, fix", [
+    (240, "use 226 or 243"), (4, "use 5"), (6, "use 5 or 22"), (361, "use 345 or 362"), (363, "use 362 or 379"),
+    (3599, "use 3592"), (3600, "use 3592"), (3601, "use 3592"), (10**6, "use 3592"),
+])
+def test_f20_length_off_the_grid_or_outside_the_host_range_stops_the_node(length, fix):
     problem = only(lint(length=length), f"length {length}")
     assert problem.section == "length" and fix in problem.fix
 
 
-@pytest.mark.parametrize("length", [5, 124, 243, 362])
+def test_f20_off_grid_length_says_what_the_host_renders_instead():
+    assert "snaps it up to 243 frames" in only(lint(length=240), "length 240").message
+    assert "outside 5..3600" in only(lint(length=3601), "length 3601").message
+
+
+SHORT_SHOTS = "[Shot 1] 0-0.2s <Subject 1>, the tall woman in the red wool coat, and <Subject 2>, the man in glasses."
+SHORT_RETENTION = TWO["retention"].replace("[Shot 3]", "[Shot 1]").replace("[Shot 2]", "[Shot 1]")
+
+
+def lint_all(fields=None, counts=None, length=243, **changes):
+    """(problems that stop the node, warnings that never do)."""
+    _, problems, linter = build_prompt({**TWO, **(fields or {}), **changes}, counts or TWO_COUNTS, length)
+    return problems, linter.notes
+
+
+@pytest.mark.parametrize("length", [5, 22, 124, 243, 362])
 def test_f20_grid_lengths_pass(length):
-    shots = "[Shot 1] 0-0.2s <Subject 1>, the tall woman in the red wool coat, and <Subject 2>, the man in glasses."
-    retention = TWO["retention"].replace("[Shot 3]", "[Shot 1]").replace("[Shot 2]", "[Shot 1]")
-    assert lint(length=length, shots=shots, retention=retention) == []
+    assert lint_all(length=length, shots=SHORT_SHOTS, retention=SHORT_RETENTION) == ([], [])
+
+
+@pytest.mark.parametrize("length", [379, 1008, 3592])  # on the grid, beyond the 362 trained, within the host's 3600
+def test_length_beyond_the_trained_range_is_a_warning_not_a_stop(length):
+    problems, notes = lint_all(length=length)
+    assert problems == []
+    assert "beyond H3's trained range (up to 362 = 15.08 s)" in only(notes, f"length {length}").message
+    prompt, report = H3KitRef2VAPrompt().compose(length=length, strict=True, **TWO, **TWO_COUNTS)
+    data = json.loads(report)
+    assert data["problems"] == 0 and any("trained range" in w for w in data["warnings"])
+
+
+def test_length_widget_takes_the_host_range():
+    spec = H3KitRef2VAPrompt.INPUT_TYPES()["required"]["length"][1]
+    assert (spec["min"], spec["max"], spec["step"]) == (5, 3600, 17)
 
 
 # ----------------------------------------------------------------------------- labels and references
@@ -239,8 +272,124 @@ def test_audio_label_counts_soundtracks_and_standalone_audio():
     assert lint(audios=audios, retention=retention, counts=ok) == []
 
 
-def test_soundtrack_without_its_video_is_reported():
-    only(lint(counts={**TWO_COUNTS, "ref_video_audios": 1}), "pairs ref_video_audio_N with ref_video_N")
+# ----------------------------------------------------------------------------- every reference kind and count
+# The host's slots per kind (MiniMaxH3ReferenceToVideo Autogrow max, ComfyUI 0.33.0): 9 images, 3 videos, 3 video
+# soundtracks, 3 standalone audios. <Audio j> numbers the soundtracks first (in video order), then the audios.
+SLOTS = {"ref_images": 9, "ref_videos": 3, "ref_video_audios": 3, "ref_audios": 3}
+KIND_OF = {"ref_images": "Picture", "ref_videos": "Video", "ref_audios": "Audio", "ref_video_audios": "Audio"}
+
+
+def refs_fields(images: int = 2, videos: int = 0, audio_labels: int = 0) -> dict:
+    """TWO (its two subjects carried by <Picture 1> and <Picture 2>) plus a definition and a retention line for
+    <Picture 3..images>, <Video 1..videos> and <Audio 1..audio_labels>."""
+    pictures = [f"<Picture {k}> is the background plate of [Shot 1], a grey stone bridge." for k in range(3, images + 1)]
+    clips = [f"<Video {k}> is the camera-motion reference for [Shot 1], a slow dolly." for k in range(1, videos + 1)]
+    sounds = [f"<Audio {j}> is the ambience reference for [Shot 1], rain on a tram roof." for j in
+              range(1, audio_labels + 1)]
+    retention = ([f"<Picture {k}>: fully_preserved - bridge kept." for k in range(3, images + 1)]
+                 + [f"<Video {k}>: partially_preserved - motion only." for k in range(1, videos + 1)]
+                 + [f"<Audio {j}>: reference - ambience only." for j in range(1, audio_labels + 1)])
+    return {**TWO, "pictures": "\n".join(pictures), "videos": "\n".join(clips), "audios": "\n".join(sounds),
+            "retention": "\n".join([TWO["retention"], *retention])}
+
+
+def counts_of(images=2, videos=0, soundtracks=0, audios=0) -> dict:
+    return {"ref_images": images, "ref_videos": videos, "ref_video_audios": soundtracks, "ref_audios": audios}
+
+
+def lint_refs(images=2, videos=0, soundtracks=0, audios=0, labels=None):
+    """Problems and warnings with `labels` = (pictures, videos, audio labels) defined (default: one per reference)."""
+    pictures, clips, sounds = labels or (images, videos, soundtracks + audios)
+    _, problems, linter = build_prompt(refs_fields(pictures, clips, sounds),
+                                       counts_of(images, videos, soundtracks, audios), 243)
+    return problems, linter.notes
+
+
+def test_every_kind_at_its_maximum_at_once_composes():
+    problems, notes = lint_refs(9, 3, 3, 3)
+    assert problems == []
+    assert {p.input_name for p in notes} == {"ref_audios", "ref_images"}  # 6 audio clips, 18 files: warnings only
+    prompt, report = H3KitRef2VAPrompt().compose(length=243, strict=True, **refs_fields(9, 3, 6),
+                                                 **counts_of(9, 3, 3, 3))
+    data = json.loads(report)
+    assert data["references"] == counts_of(9, 3, 3, 3) and data["problems"] == 0
+    assert data["audio_numbering"] == {"<Audio 1>..<Audio 3>": "soundtracks of the connected videos, in video order",
+                                       "<Audio 4>..<Audio 6>": "ref_audios, in slot order"}
+    assert "<Picture 9> is the background plate" in prompt and "<Audio 6> is the ambience" in prompt
+
+
+def valid_counts(**changes) -> dict:
+    counts = {**SLOTS, **changes}
+    counts["ref_video_audios"] = min(counts["ref_video_audios"], counts["ref_videos"])  # a soundtrack needs its video
+    return counts
+
+
+def fields_for(counts: dict) -> dict:
+    return refs_fields(counts["ref_images"], counts["ref_videos"], counts["ref_video_audios"] + counts["ref_audios"])
+
+
+@pytest.mark.parametrize("kind", list(SLOTS))
+def test_each_count_input_takes_the_hosts_slots_n_minus_1_n_n_plus_1(kind):
+    n = SLOTS[kind]
+    spec = H3KitRef2VAPrompt.INPUT_TYPES()["required"][kind][1]
+    assert (spec["min"], spec["max"]) == (0, n)
+    for value in (n - 1, n):
+        counts = valid_counts(**{kind: value})
+        _, report = H3KitRef2VAPrompt().compose(length=243, strict=True, **fields_for(counts), **counts)
+        assert json.loads(report)["references"][kind] == value
+    for bad in (n + 1, -1):
+        with pytest.raises(H3KitInputError, match=rf"'{kind}'.*0\.\.{n}"):
+            H3KitRef2VAPrompt().compose(length=243, strict=True, **fields_for(SLOTS), **{**SLOTS, kind: bad})
+
+
+@pytest.mark.parametrize(("counts", "labels", "needle"), [
+    ((8, 3, 3, 3), (9, 3, 6), "<Picture 9> needs 9 connected picture reference(s) but ref_images = 8"),
+    ((9, 2, 2, 3), (9, 3, 5), "<Video 3> needs 3 connected video reference(s) but ref_videos = 2"),
+    ((9, 3, 2, 3), (9, 3, 6), "<Audio 6> needs 6 connected audio reference(s) but ref_video_audios + ref_audios = 5"),
+    ((9, 3, 3, 2), (9, 3, 6), "<Audio 6> needs 6 connected audio reference(s) but ref_video_audios + ref_audios = 5"),
+], ids=list(SLOTS))
+def test_a_label_one_beyond_each_kinds_count_is_a_problem(counts, labels, needle):
+    problems, _ = lint_refs(*counts, labels=labels)
+    assert only(problems, needle).input_name in ("pictures", "videos", "audios")
+    assert lint_refs(*counts)[0] == []  # the labels that match the count pass
+
+
+@pytest.mark.parametrize(("kind", "counts"), [
+    ("ref_images", (3, 0, 0, 0)), ("ref_videos", (2, 2, 0, 0)), ("ref_video_audios", (2, 2, 2, 0)),
+    ("ref_audios", (2, 0, 0, 2)),
+])
+def test_a_connected_reference_without_a_label_is_a_problem_for_each_kind(kind, counts):
+    images, videos, soundtracks, audios = counts
+    missing = {"ref_images": (images - 1, videos, soundtracks + audios), "ref_videos": (images, videos - 1, 0),
+               "ref_video_audios": (images, videos, soundtracks - 1), "ref_audios": (images, videos, audios - 1)}
+    problems, _ = lint_refs(*counts, labels=missing[kind])
+    last = {"ref_images": images, "ref_videos": videos}.get(kind, soundtracks + audios)
+    only(problems, f"<{KIND_OF[kind]} {last}>)")
+    assert lint_refs(*counts)[0] == []
+
+
+@pytest.mark.parametrize(("videos", "soundtracks", "paired"), [(0, 1, False), (1, 2, False), (2, 3, False),
+                                                                 (1, 1, True), (2, 1, True), (3, 3, True)])
+def test_soundtracks_need_their_videos(videos, soundtracks, paired):
+    problems, _ = lint_refs(2, videos, soundtracks, 0, labels=(2, videos, soundtracks))
+    found = [p for p in problems if "pairs each soundtrack with the video of the same number" in str(p)]
+    assert bool(found) != paired
+
+
+@pytest.mark.parametrize(("counts", "warned"), [
+    ((2, 1, 1, 2), False), ((2, 1, 1, 3), True), ((2, 0, 0, 3), False), ((2, 3, 3, 1), True),  # audio clips 3 | 4
+])
+def test_more_audio_clips_than_the_checkpoint_is_documented_for_is_a_warning(counts, warned):
+    problems, notes = lint_refs(*counts)
+    assert problems == []
+    assert any("audio clips" in str(n) for n in notes) == warned
+
+
+@pytest.mark.parametrize(("counts", "warned"), [((9, 3, 0, 0), False), ((9, 3, 0, 1), True), ((8, 3, 1, 0), False)])
+def test_more_files_than_the_checkpoint_is_documented_for_is_a_warning(counts, warned):
+    problems, notes = lint_refs(*counts)
+    assert problems == []
+    assert any("reference files" in str(n) for n in notes) == warned
 
 
 def test_label_spelling_is_checked():
@@ -436,7 +585,127 @@ def test_prompt_counts_must_match_the_wired_references(offline):
     only(_rule_errors(bad, offline), "differs from node")
 
 
+# ----------------------------------------------------------------------------- graph rules: every kind, pairing
+def wired(graph: dict, images=(), videos=(), soundtracks=(), audios=(), declared=None) -> dict:
+    """The two-character graph with references wired at the given slot numbers (links to a LoadImage/LoadAudio
+    stand-in node "90"/"91"; the rules read the slot keys, not the source) and the prompt node's counts."""
+    graph = copy.deepcopy(graph)
+    graph["90"] = {"class_type": "LoadImage", "inputs": {"image": "ref.png"}}
+    graph["91"] = {"class_type": "LoadAudio", "inputs": {"audio": "ref.wav"}}
+    ref = graph[_ref_node_id(graph)]["inputs"]
+    for key in [k for k in ref if k.startswith("ref_") and "." in k]:
+        del ref[key]
+    for group, slots, source in (("ref_images", images, "90"), ("ref_videos", videos, "90"),
+                                 ("ref_video_audios", soundtracks, "91"), ("ref_audios", audios, "91")):
+        for n in slots:
+            ref[f"{group}.{group[:-1]}_{n}"] = [source, 0]
+    prompt = graph[ref["prompt"][0]]["inputs"]
+    prompt.update(declared or {"ref_images": len(images), "ref_videos": len(videos),
+                               "ref_video_audios": len(set(soundtracks) & set(videos)), "ref_audios": len(audios)})
+    return graph
+
+
+def rule_problems(graph, offline, *names):
+    from h3kit.checks import rules_ref2va
+
+    rules = [getattr(rules_ref2va, name) for name in names] or rules_ref2va.REF2VA_RULES
+    return [p for rule in rules for p in rule(graph, offline)]
+
+
+def test_soundtrack_is_paired_with_its_video_by_number_not_by_count(offline):
+    # Videos in slots 0 and 1, one soundtrack in slot 2: min(1, 2) would call it paired; the host drops it.
+    graph = wired(_two_characters(offline), images=(0, 1), videos=(0, 1), soundtracks=(2,),
+                  declared={"ref_images": 2, "ref_videos": 2, "ref_video_audios": 1, "ref_audios": 0})
+    problems = rule_problems(graph, offline)
+    drop = only(problems, "soundtrack slot 2 has no video at ref_videos.ref_video_2")
+    assert drop.input == "ref_video_audios.ref_video_audio_2" and drop.severity == "error"
+    assert "ref_video_audios.ref_video_audio_0" in drop.fix and "ref_audios" in drop.fix
+    count = only(problems, "says 1 ref_video_audios")
+    assert "has 0 soundtracks paired with a wired video of the same number" in count.message
+    assert count.fix == "set ref_video_audios to 0"
+
+
+@pytest.mark.parametrize(("videos", "soundtracks", "paired"), [
+    ((0, 1, 2), (0, 1, 2), 3), ((0, 1, 2), (2,), 1), ((0, 2), (2,), 1), ((1,), (0, 1), 1), ((), (0, 1, 2), 0),
+])
+def test_several_videos_and_soundtracks_pair_slot_by_slot(offline, videos, soundtracks, paired):
+    graph = wired(_two_characters(offline), images=(0, 1), videos=videos, soundtracks=soundtracks)
+    prompt = graph[graph[_ref_node_id(graph)]["inputs"]["prompt"][0]]["inputs"]
+    assert prompt["ref_video_audios"] == paired
+    problems = rule_problems(graph, offline, "lint_ref2va_soundtrack_pairing", "lint_ref2va_prompt_counts")
+    dropped = sorted(set(soundtracks) - set(videos))
+    assert [p.input for p in problems] == [f"ref_video_audios.ref_video_audio_{n}" for n in dropped]
+
+
+@pytest.mark.parametrize("group", list(SLOTS))
+def test_each_prompt_count_is_checked_against_the_wiring_n_minus_1_n_n_plus_1(offline, group):
+    slots = {"images": (0, 1, 2), "videos": (0, 1), "soundtracks": (0, 1), "audios": (0, 1)}
+    graph = wired(_two_characters(offline), **slots)
+    prompt_id = graph[_ref_node_id(graph)]["inputs"]["prompt"][0]
+    wired_count = graph[prompt_id]["inputs"][group]
+    assert wired_count == {"ref_images": 3}.get(group, 2)
+    for declared in (wired_count - 1, wired_count, wired_count + 1):
+        bad = copy.deepcopy(graph)
+        bad[prompt_id]["inputs"][group] = declared
+        problems = rule_problems(bad, offline, "lint_ref2va_prompt_counts")
+        if declared == wired_count:
+            assert problems == []
+        else:
+            assert only(problems, f"says {declared} {group}").fix == f"set {group} to {wired_count}"
+
+
+@pytest.mark.parametrize("group", list(SLOTS))
+def test_the_hosts_last_slot_is_taken_and_one_more_is_refused(offline, group):
+    n = SLOTS[group]
+    full = {"ref_images": "images", "ref_videos": "videos", "ref_video_audios": "soundtracks",
+            "ref_audios": "audios"}
+    slots = {"videos": tuple(range(3))} if group == "ref_video_audios" else {}
+    graph = wired(_two_characters(offline), **{**slots, full[group]: tuple(range(n))})
+    assert not [p for p in rule_problems(graph, offline, "lint_autogrow_api_form") if p.severity == "error"]
+    ref = graph[_ref_node_id(graph)]["inputs"]
+    ref[f"{group}.{group[:-1]}_{n}"] = ["90", 0]
+    problem = only(rule_problems(graph, offline, "lint_autogrow_api_form"), "is not a slot of")
+    assert problem.input == f"{group}.{group[:-1]}_{n}" and f"{group[:-1]}_{n - 1}" in problem.message
+
+
+LIVE_REF2VA_GROUPS = {  # how ComfyUI 0.33.0's /object_info serves the Autogrow inputs (template holds the options)
+    group: ["COMFY_AUTOGROW_V3", {"template": {"input": {"required": {group[:-1]: ["IMAGE", {}]}},
+                                               "prefix": f"{group[:-1]}_", "min": 0, "max": n}}]
+    for group, n in SLOTS.items()}
+
+
+def test_the_served_autogrow_layout_is_read_too(offline):
+    from h3kit.checks.rules_ref2va import autogrow_groups
+
+    live = copy.deepcopy(offline)
+    live["MiniMaxH3ReferenceToVideo"]["input"]["optional"].update(LIVE_REF2VA_GROUPS)
+    groups = autogrow_groups(live["MiniMaxH3ReferenceToVideo"])
+    assert {g: (o["prefix"], o["max"]) for g, o in groups.items()} == {
+        g: (f"{g[:-1]}_", n) for g, n in SLOTS.items()}
+    graph = wired(_two_characters(offline), images=tuple(range(10)))
+    problem = only(rule_problems(graph, live, "lint_autogrow_api_form"), "is not a slot of")
+    assert problem.input == "ref_images.ref_image_9"
+
+
 # ----------------------------------------------------------------------------- tier (b)
+
+
+@pytest.mark.comfyui
+def test_ref2va_limits_are_the_hosts(comfyui_server):
+    from h3kit.checks import facts
+    from h3kit.checks.rules_ref2va import autogrow_groups, slot_prefix
+
+    comfyui_server.require(NATIVE_H3)
+    info = comfyui_server.object_info()["MiniMaxH3ReferenceToVideo"]
+    length = info["input"]["required"]["length"][1]
+    assert (length["min"], length["max"], length["step"]) == (facts.H3_LENGTH_MIN, facts.H3_LENGTH_HOST_MAX,
+                                                              facts.H3_LENGTH_STEP)
+    groups = autogrow_groups(info)
+    assert {g: o["max"] for g, o in groups.items()} == facts.H3_REF_SLOTS
+    assert all(o["prefix"] == slot_prefix(g) for g, o in groups.items())
+    prompt = H3KitRef2VAPrompt.INPUT_TYPES()["required"]
+    assert {g: prompt[g][1]["max"] for g in facts.H3_REF_SLOTS} == facts.H3_REF_SLOTS
+    assert prompt["length"][1]["max"] == length["max"]
 
 
 @pytest.mark.comfyui

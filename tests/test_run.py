@@ -203,6 +203,41 @@ def test_timing_and_cache_come_from_websocket_events_when_history_keeps_only_tex
     assert comfy_jobs.timing_of(error).error["exception_message"] == "CUDA out of memory"
 
 
+class _LateSocket:
+    """A websocket that delivers a prompt's events only after /history already lists it as finished: the order the
+    installable 0.12.1 produced for a full cache hit (it writes the entry, then its event loop sends the messages)."""
+
+    def __init__(self, events: list):
+        self.events = list(events)
+
+    def recv_event(self, timeout: float):
+        return self.events.pop(0) if self.events else None
+
+    def close(self) -> None:
+        pass
+
+
+class _FinishedHistory:
+    server = "http://127.0.0.1:9"
+
+    def get_json(self, route: str) -> dict:
+        return {"p": {"status": {"status_str": "success", "completed": True,
+                                 "messages": ["execution_start", "execution_cached", "execution_success"]}}}
+
+
+def test_f17_cached_nodes_are_still_counted_when_history_finishes_before_the_websocket_events():
+    from h3kit.adapters.comfy_client import Deadline
+
+    late = _LateSocket([None, {"type": "status", "data": {"status": {}}},
+                        {"type": "execution_start", "data": {"prompt_id": "p", "timestamp": 1000}},
+                        {"type": "execution_cached", "data": {"prompt_id": "p", "nodes": ["1", "2"], "timestamp": 1001}},
+                        {"type": "execution_success", "data": {"prompt_id": "p", "timestamp": 1003}}])
+    outcome = comfy_jobs.wait_for_prompt(_FinishedHistory(), "p", comfy_jobs.Listener(), Deadline(30), late)
+    timing = comfy_jobs.timing_of(outcome.entry, outcome.events)
+    assert outcome.state == "success" and timing.cached == ["1", "2"] and timing.seconds == 0.003
+    assert not late.events  # read to the finish event, not further
+
+
 # --- a fake ComfyUI -----------------------------------------------------------------------------
 
 IMAGE_GRAPH = {
@@ -511,7 +546,7 @@ def test_run_end_to_end_on_real_comfyui_then_cache_hit(comfyui_server, tmp_path,
 
 
 @pytest.mark.comfyui
-def test_doctor_reports_old_comfyui_as_fail_for_the_two_stage_refine(comfyui_server, tmp_path, capsys):
+def test_doctor_names_core_nodes_a_host_lacks_not_f01(comfyui_server, tmp_path, capsys):
     from h3kit.scripts import doctor
 
     graph = {
@@ -535,10 +570,10 @@ def test_doctor_reports_old_comfyui_as_fail_for_the_two_stage_refine(comfyui_ser
     # issue 17: judged from the host's node list (no native H3 here), named a core-version difference, not F01
     version_line = next(line for line in out.splitlines() if line.startswith("WARN  comfyui version"))
     assert version_line == (f"WARN  comfyui version: ComfyUI {version} lacks core nodes this workflow needs "
-                            "(LTXVLatentUpsampler; read from its node list): this ComfyUI is older than the workflow, "
-                            "which needs ComfyUI core >= 0.34.0")
+                            "(LTXVLatentUpsampler; read from its node list): this ComfyUI is older than the workflow "
+                            "(ComfyUI 0.12.1 serves them)")
     assert ("FAIL  nodes: node 3: 'LTXVLatentUpsampler' is a ComfyUI core node this ComfyUI does not have: this "
-            "ComfyUI is older than the workflow (ComfyUI core >= 0.34.0) (F35)") in out
+            "ComfyUI is older than the workflow (ComfyUI 0.12.1 serves it) (F35)") in out
     assert "F01" not in out
 
 

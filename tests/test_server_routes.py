@@ -16,7 +16,7 @@ from pathlib import Path
 from re import compile as regex
 
 import pytest
-from h3kit.adapters import server_routes
+from h3kit.adapters import preflight_request, server_routes
 from h3kit.checks.problem import FAIL, PASS, WARN, Check
 from h3kit.checks.validator import validate_file, validate_graph
 from h3kit.scripts import doctor
@@ -82,7 +82,10 @@ def doctor_items(graph: dict, tmp_path: Path, capsys) -> Counter:
     path.write_text(json.dumps(graph), encoding="utf-8")
     doctor.run(doctor_args(path))
     printed = json.loads(capsys.readouterr().out)
-    return Counter((c["status"], c["detail"], c["fix"]) for c in printed["checks"])
+    # doctor without a models folder says it could not look for the files; the route always has the host's folders
+    # (its offline stand-in here has none and checks no files)
+    return Counter((c["status"], c["detail"], c["fix"]) for c in printed["checks"]
+                   if not (c["name"] == "model files" and c["detail"].startswith("not checked")))
 
 
 def doctor_args(path: Path):
@@ -304,11 +307,11 @@ def test_post_rejects_bodies_that_are_not_a_prompt(routes, data, status):
 
 
 def test_post_refuses_oversized_bodies_and_graphs(routes, monkeypatch):
-    monkeypatch.setattr(server_routes, "MAX_BODY_BYTES", 1000)
-    got, _ = call(routes, "POST", "/h3kit/preflight", data=b"x" * 1001)
+    monkeypatch.setattr(preflight_request, "MAX_BODY_BYTES", 1000)
+    got, _ = call(routes, "POST", "/h3kit/preflight", data=b"x" * 1001, headers={"Content-Type": "application/json"})
     assert got == 413
-    monkeypatch.setattr(server_routes, "MAX_BODY_BYTES", 10**6)
-    monkeypatch.setattr(server_routes, "MAX_NODES", 3)
+    monkeypatch.setattr(preflight_request, "MAX_BODY_BYTES", 10**6)
+    monkeypatch.setattr(preflight_request, "MAX_NODES", 3)
     demo = shipped("h3kit_handoff_demo")
     got, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": demo})
     assert got == 413 and f"{len(demo)} nodes" in json.loads(body)["error"]
@@ -365,3 +368,83 @@ def test_a_model_file_the_host_lacks_is_one_problem_not_two():
     about_it = [c for c in report["checks"] if c.get("node_id") == loader and "unet_name" in c["detail"]]
     assert [(c["status"], c["check"]) for c in about_it] == [("FAIL", "model files")]
     assert about_it[0]["fix"].startswith("put ") and "models/diffusion_models" in about_it[0]["fix"]
+
+
+# --- issue 23: the graph is adapted to this host's input layout before it is queued --------------------
+
+def savevideo_0330() -> dict:
+    return json.loads((Path(__file__).parent / "data" / "savevideo_0.33.0.json").read_text())["SaveVideo"]
+
+
+def host_0330(graph: dict) -> server_routes.HostView:
+    schemas = {**SCHEMAS, "SaveVideo": savevideo_0330()}
+    return server_routes.HostView(schemas, set(schemas), pack_of=providing_pack)
+
+
+def test_the_route_judges_the_adapted_graph_and_returns_it_with_every_change():
+    graph = shipped("h3_ltx_two_stage")
+    report = server_routes.preflight_report(graph, host_0330)
+    assert report["fail"] == 0, [c for c in report["checks"] if c["status"] == FAIL]
+    (change,) = report["adapted"]["changes"]
+    assert (change["node_id"], change["from"], change["to"], change["value"]) == ("41", "format.codec", "codec", "h264")
+    assert report["adapted"]["prompt"]["41"]["inputs"]["codec"] == "h264"
+    assert "format.codec" not in report["adapted"]["prompt"]["41"]["inputs"]
+    assert graph["41"]["inputs"]["format.codec"] == "h264"  # the sent graph is not modified
+    (line,) = [c for c in report["checks"] if c["check"] == "adapted"]
+    assert line["status"] == PASS and line["node_id"] == "41" and line["detail"] == change["text"]
+    # a graph already in this host's layout needs nothing
+    assert "adapted" not in server_routes.preflight_report(report["adapted"]["prompt"], host_0330)
+
+
+def test_what_cannot_be_adapted_is_a_fail_before_queueing_with_the_hosts_options():
+    graph = shipped("h3_ltx_two_stage")
+    graph["41"]["inputs"]["format.codec"] = "av1"
+    report = server_routes.preflight_report(graph, host_0330)
+    (fail,) = [c for c in report["checks"] if c["status"] == FAIL]
+    assert fail["node_id"] == "41" and fail["fix"].endswith("codec: choose one of: auto, h264")
+
+
+def test_absent_nodes_are_checked_but_never_queued():
+    graph = shipped("h3_ltx_two_stage")
+    absent = {"99": "SomePackNode"}
+    report = server_routes.preflight_report(graph, host_0330, absent)
+    assert "99" not in report["adapted"]["prompt"]
+    assert any(c["check"] == "nodes" and c.get("node_id") == "99" and c["status"] == FAIL for c in report["checks"])
+
+
+def test_the_prompt_handler_adapts_what_any_client_queues(monkeypatch, caplog):
+    """ComfyUI's on-prompt handler: a prompt queued by a script (not the editor) is moved to this host's layout
+    before ComfyUI validates it, and the change is logged."""
+    fake_server = types.ModuleType("server")
+    handlers = []
+    classes = {"SaveVideo": types.SimpleNamespace(GET_NODE_INFO_V1=savevideo_0330)}
+    fake_server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(
+        routes=web.RouteTableDef(), add_on_prompt_handler=handlers.append,
+        nodes=types.SimpleNamespace(NODE_CLASS_MAPPINGS=classes)))
+    monkeypatch.setitem(sys.modules, "server", fake_server)
+    assert server_routes.register_routes(PACK_FOLDER) is True
+    assert handlers == [server_routes.adapt_queued_prompt]
+    sent = {"client_id": "c", "prompt": {"1": {"class_type": "SaveVideo", "inputs": {
+        "video": ["2", 0], "filename_prefix": "x", "format": "mp4", "format.codec": "h264"}}}}
+    with caplog.at_level("WARNING"):
+        queued = handlers[0](sent)
+    assert queued["client_id"] == "c" and queued["prompt"]["1"]["inputs"]["codec"] == "h264"
+    assert sent["prompt"]["1"]["inputs"]["format.codec"] == "h264"  # the caller's object is not modified
+    assert "input 'format.codec' -> 'codec'" in caplog.text
+    # not a graph, or a schema that raises: passed on untouched (ComfyUI refuses it or validates it as sent)
+    for hostile in (None, {"prompt": []}, {"prompt": {"1": 5}}, {"no": "prompt"}):
+        assert handlers[0](hostile) is hostile
+    classes["SaveVideo"] = types.SimpleNamespace(GET_NODE_INFO_V1=lambda: 1 / 0)
+    assert handlers[0](sent) is sent
+
+
+def test_a_host_without_on_prompt_handlers_still_registers_the_routes(monkeypatch):
+    fake_server = types.ModuleType("server")
+    fake_server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(routes=web.RouteTableDef()))
+    monkeypatch.setitem(sys.modules, "server", fake_server)
+    assert server_routes.register_routes(PACK_FOLDER) is True
+
+
+def test_the_extension_queues_the_adapted_prompt_and_says_what_changed():
+    source = (PACK_ROOT / "web" / "h3kit_preflight.js").read_text(encoding="utf-8")
+    assert "prompt.output = adapted.prompt" in source and "useAdapted(prompt, report)" in source

@@ -11,31 +11,27 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import wave
 from pathlib import Path
-from subprocess import run as run_process
 
 import av
 import pytest
+import tiny_ltx_models
 import torch
-from comfyui_host import FLAT_SAVEVIDEO, LTXAV, execution_error
-from h3kit.nodes.cond_cache_format import save_conditioning
+from comfyui_host import LTXAV, execution_error
+from h3kit.checks.host_layout import adapt_graph
 from PIL import Image
 from safetensors.torch import load_file
+from tiny_graphs import write_cached_prompts, write_tone
 
 pytestmark = pytest.mark.comfyui
 
 WORKFLOW = Path(__file__).resolve().parent.parent / "workflows" / "api" / "h3_ltx_two_stage_cached_cond.json"
-WRITER = Path(__file__).resolve().parent / "tiny_ltx_models.py"
 HANDOFF = "16"  # H3KitDraftToLTX: the cut
 STAGE1 = {"1", "2", "3", "4", "5", "6", "8", "9", "10", "11", "12", "13", "14", "15"}
 DRAFT_W, DRAFT_H, DRAFT_FRAMES = 128, 64, 22  # an H3-grid count (17k+5); half the target: no resample
 TARGET_W, TARGET_H = 256, 128
 KEPT_FRAMES = 17  # 22 trimmed to the LTX grid 8n+1
 FPS = 24.0
-SAMPLE_RATE = 48000
-CAPTION_CHANNELS = 16  # tiny_ltx_models.DIT_CONFIG: context is [video | audio] halves of this width each
 
 
 def _write_draft_image(path: Path) -> None:
@@ -48,19 +44,6 @@ def _write_draft_image(path: Path) -> None:
     image.save(path)
 
 
-def _write_draft_audio(path: Path, seconds: float) -> None:
-    """Stereo 16-bit PCM: 440 Hz left, 660 Hz right."""
-    frames = bytearray()
-    for i in range(int(seconds * SAMPLE_RATE)):
-        for freq in (440.0, 660.0):
-            frames += int(12000 * math.sin(2 * math.pi * freq * i / SAMPLE_RATE)).to_bytes(2, "little", signed=True)
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(2)
-        out.setsampwidth(2)
-        out.setframerate(SAMPLE_RATE)
-        out.writeframes(bytes(frames))
-
-
 @pytest.fixture(scope="module")
 def ltx_host(comfyui_server):
     """The server, with tiny LTX-2 checkpoints in its models/, a cached refine prompt and a draft in input/."""
@@ -70,19 +53,10 @@ def ltx_host(comfyui_server):
 
 
 def install_tiny_ltx(comfyui_server) -> None:
-    result = run_process(
-        [comfyui_server.python, str(WRITER), "--comfyui-dir", str(comfyui_server.comfyui_dir),
-         "--models", str(comfyui_server.models_dir), "--dit", "healthy", "--dit", "garbage", "--dit", "nan"],
-        cwd=comfyui_server.comfyui_dir, capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    generator = torch.Generator().manual_seed(3)
-    context = torch.randn(1, 8, 2 * CAPTION_CHANNELS, generator=generator)
-    cache_dir = comfyui_server.models_dir / "conditioning_cache"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    save_conditioning(cache_dir, "tiny_refine", [[context, {}]], prompt_text="tiny refine prompt", encoder="test")
+    tiny_ltx_models.install(comfyui_server)
+    write_cached_prompts(comfyui_server)
     _write_draft_image(comfyui_server.base_dir / "input" / "h3kit_draft.png")
-    _write_draft_audio(comfyui_server.base_dir / "input" / "h3kit_draft.wav", seconds=DRAFT_FRAMES / FPS)
+    write_tone(comfyui_server.base_dir / "input" / "h3kit_draft.wav", seconds=DRAFT_FRAMES / FPS)
 
 
 def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: str = "stage2", av: bool = False) -> dict:
@@ -114,13 +88,10 @@ def stage2_graph(server, dit: str = "healthy", lowvram: bool = False, prefix: st
         graph["32"]["inputs"]["latent_image"] = ["a3", 0]
         graph["33"]["inputs"]["reference"] = ["a3", 0]
         graph["34"]["inputs"]["samples"] = ["a4", 0]
-    save = graph["41"]["inputs"]
-    save["filename_prefix"] = f"h3kit/{prefix}"
-    if server.has(FLAT_SAVEVIDEO):  # this host's SaveVideo takes format + codec, not the >=0.34 format.codec
-        save["codec"] = save.pop("format.codec")
+    graph["41"]["inputs"]["filename_prefix"] = f"h3kit/{prefix}"
     graph["s1"] = {"class_type": "SaveLatent", "inputs": {"samples": ["a4" if av else "33", 0],
                                                           "filename_prefix": f"h3kit/{prefix}"}}
-    return graph
+    return adapt_graph(graph, server.served()).graph  # SaveVideo in this host's layout, as `run` adapts it
 
 
 def report_of(entry: dict, node_id: str) -> dict:

@@ -1,7 +1,7 @@
 """Writes tiny random-weight LTX-2 checkpoints that a real ComfyUI host loads with its own loaders.
 
-Run by tests/test_stage2_ltxav_comfyui.py with the HOST's python (it imports the host's `comfy` to get the
-exact module layout, so the key names always match that host), never imported by the test process:
+Test code calls `install(server, dits=...)`, which runs this file with the HOST's python (it imports the host's
+`comfy` to get the exact module layout, so the key names always match that host); directly:
 
     <host python> tests/tiny_ltx_models.py --comfyui-dir DIR --models DIR [--dit healthy|garbage|nan]
 
@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import sys
 from pathlib import Path
+from subprocess import run as run_process
 
 import torch
+from host_weights import build, config_metadata, generator_for, randomize, use_host_on_cpu, write
 
+HERE = Path(__file__).resolve().parent
 SEED = 17
+DIT_KINDS = ("healthy", "garbage", "nan")
 DIT_CONFIG = {
     "num_layers": 1, "num_attention_heads": 2, "attention_head_dim": 16,
     "audio_num_attention_heads": 2, "audio_attention_head_dim": 8,
@@ -73,39 +75,31 @@ UPSCALER_CONFIG = {"_class_name": "LatentUpsampler", "in_channels": 128, "mid_ch
                    "rational_resampler": False}
 
 
-def randomize(module: torch.nn.Module, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Every parameter and float buffer filled (host layers are often built uninitialised): matrices and
-    kernels ~ N(0, 1/fan_in), 1-D weights (norms) 1, biases 0, other vectors small noise."""
-    state = {}
-    for name, tensor in module.state_dict().items():
-        if not tensor.is_floating_point():
-            state[name] = tensor.clone()
-            continue
-        if tensor.ndim >= 2:
-            fan_in = math.prod(tensor.shape[1:])
-            value = torch.randn(tensor.shape, generator=generator) / math.sqrt(fan_in)
-        elif name.endswith("bias"):
-            value = torch.zeros(tensor.shape)
-        elif name.endswith("weight"):
-            value = torch.ones(tensor.shape)
-        else:
-            value = torch.randn(tensor.shape, generator=generator) * 0.1
-        state[name] = value.to(torch.float32).contiguous()
-    return state
-
-
-def write(path: Path, state: dict[str, torch.Tensor], config: dict) -> None:
-    from safetensors.torch import save_file
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(path), metadata={"config": json.dumps(config)})
+def install(server, dits: tuple[str, ...] = DIT_KINDS) -> dict:
+    """Test-process side: write the tiny LTX-2 files into `server`'s models/ with its host's python; files already
+    there are kept (the same seed writes the same bytes). Returns {file name: path}.
+    `server` is a tests/comfyui_host.ComfyUIServer."""
+    models = server.models_dir
+    paths = {name: models / folder / name for folder, name in
+             [("diffusion_models", f"tiny_ltxav_{kind}.safetensors") for kind in dits]
+             + [("vae", "tiny_ltx_video_vae.safetensors"), ("latent_upscale_models", "tiny_ltx_upscaler_x2.safetensors"),
+                ("checkpoints", "tiny_ltx_audio_vae.safetensors")]}
+    if all(path.is_file() for path in paths.values()):
+        return {name: str(path) for name, path in paths.items()}
+    command = [server.python, str(HERE / "tiny_ltx_models.py"), "--comfyui-dir", str(server.comfyui_dir),
+               "--models", str(models)]
+    for kind in dits:
+        command += ["--dit", kind]
+    result = run_process(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"tiny LTX writer failed on {server.host.name}:\n{result.stderr[-4000:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])["written"]
 
 
 def dit_state(kind: str, generator: torch.Generator) -> dict[str, torch.Tensor]:
     import comfy.ops
     from comfy.ldm.lightricks.av_model import LTXAVModel
 
-    model = LTXAVModel(**DIT_CONFIG, operations=comfy.ops.disable_weight_init, dtype=torch.float32)
+    model = build(LTXAVModel, **DIT_CONFIG, operations=comfy.ops.disable_weight_init, dtype=torch.float32)
     state = randomize(model, generator)
     for name in ("proj_out.weight", "audio_proj_out.weight"):
         state[name] = state[name] * OUTPUT_GAIN[kind]
@@ -130,7 +124,7 @@ def vae_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
 def upscaler_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
     from comfy.ldm.lightricks.latent_upsampler import LatentUpsampler
 
-    return randomize(LatentUpsampler.from_config(UPSCALER_CONFIG), generator)
+    return randomize(build(LatentUpsampler.from_config, UPSCALER_CONFIG), generator)
 
 
 def audio_vae_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -150,24 +144,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--comfyui-dir", required=True, type=Path)
     parser.add_argument("--models", required=True, type=Path)
-    parser.add_argument("--dit", action="append", choices=sorted(OUTPUT_GAIN), default=None)
+    parser.add_argument("--dit", action="append", choices=DIT_KINDS, default=None)
     args = parser.parse_args()
-    sys.path.insert(0, str(args.comfyui_dir))
-    generator = torch.Generator().manual_seed(SEED)
+    use_host_on_cpu(args.comfyui_dir)
     written = {}
-    for kind in args.dit or ["healthy"]:
+    for kind in args.dit or ["healthy"]:  # the same random weights for every kind: they differ only where said
         path = args.models / "diffusion_models" / f"tiny_ltxav_{kind}.safetensors"
-        write(path, dit_state(kind, generator), {"transformer": DIT_CONFIG})
+        write(path, dit_state(kind, generator_for("tiny_ltxav", SEED)), config_metadata({"transformer": DIT_CONFIG}))
         written[path.name] = str(path)
-    path = args.models / "vae" / "tiny_ltx_video_vae.safetensors"
-    write(path, vae_state(generator), {"vae": VAE_CONFIG})
-    written[path.name] = str(path)
-    path = args.models / "latent_upscale_models" / "tiny_ltx_upscaler_x2.safetensors"
-    write(path, upscaler_state(generator), UPSCALER_CONFIG)
-    written[path.name] = str(path)
-    path = args.models / "checkpoints" / "tiny_ltx_audio_vae.safetensors"  # LTXVAudioVAELoader reads checkpoints/
-    write(path, audio_vae_state(generator), {"audio_vae": AUDIO_VAE_CONFIG, "vocoder": VOCODER_CONFIG})
-    written[path.name] = str(path)
+    others = (("vae", "tiny_ltx_video_vae.safetensors", vae_state, {"vae": VAE_CONFIG}),
+              ("latent_upscale_models", "tiny_ltx_upscaler_x2.safetensors", upscaler_state, UPSCALER_CONFIG),
+              # LTXVAudioVAELoader reads checkpoints/
+              ("checkpoints", "tiny_ltx_audio_vae.safetensors", audio_vae_state,
+               {"audio_vae": AUDIO_VAE_CONFIG, "vocoder": VOCODER_CONFIG}))
+    for folder, name, state_of, config in others:
+        path = args.models / folder / name
+        write(path, state_of(generator_for(name, SEED)), config_metadata(config))
+        written[name] = str(path)
     print(json.dumps({"written": written, "dit_config": DIT_CONFIG}))
     return 0
 
