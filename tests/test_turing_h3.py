@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 import types
+from contextlib import nullcontext
 
 import pytest
 
@@ -190,7 +191,7 @@ def test_startup_adapter_keeps_h3s_policy_and_says_why(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "comfy.model_management",
                         types.SimpleNamespace(get_torch_device=lambda: torch.device("cuda", 0)))
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", lambda device: nullcontext())
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
     monkeypatch.delenv(turing.OPT_OUT_ENV, raising=False)

@@ -12,11 +12,11 @@ whose fp16 result overflows must come back finite, recomputed in fp32.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
 import types
+from importlib import import_module
 
 sys.path.insert(0, os.getcwd())
 from comfy.cli_args import args  # noqa: E402
@@ -42,7 +42,7 @@ def load_pack_module(name: str):
             module = types.ModuleType(package)
             module.__path__ = [folder]
             sys.modules[package] = module
-    return importlib.import_module(f"h3kit.{name}")
+    return import_module(f"h3kit.{name}")
 
 
 class Net(nn.Module):
