@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
-from ..adapters.host import HostUnavailable, host_module
 from ..adapters.turing import device_lacks_bf16, int8_convrot_refine_warning
 from ..kernels import sage_turing
-from .common import LOG, H3KitInputError, Report, category, log_once
+from .common import LOG, H3KitInputError, Report, category, install_sampling_summary, log_once
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 OVERRIDE_KEY = "optimized_attention_override"
@@ -270,7 +269,7 @@ class H3KitSageAttention:
                         "kernels cannot serve go to it")
         override = SageAttentionOverride(config, previous)
         transformer_options[OVERRIDE_KEY] = override
-        _install_summary_wrapper(patched, override, report)
+        install_sampling_summary(patched, WRAPPER_KEY, override.sampling_wrapper, report)
         head_dim_plan = {hd: _describe_config(override, capability, hd) for hd in sage_turing.SUPPORTED_HEAD_DIMS}
         report.set(sageattention=versions[0], triton=versions[1], launch=head_dim_plan,
                    counts="logged after each sampling: look for 'H3KitSageAttention: sampling done' in the "
@@ -306,15 +305,6 @@ def _package_versions(report: Report) -> tuple[str, str] | None:
         report.warn(f"sageattention {sage_version} is installed; this launcher was written against 1.0.6's "
                     "kernel signatures (calls that do not match fall back, counted)")
     return sage_version, triton.__version__
-
-
-def _install_summary_wrapper(patched: Any, override: SageAttentionOverride, report: Report) -> None:
-    try:
-        wrappers = host_module("comfy.patcher_extension").WrappersMP
-        patched.add_wrapper_with_key(wrappers.OUTER_SAMPLE, WRAPPER_KEY, override.sampling_wrapper)
-    except (HostUnavailable, AttributeError) as exc:
-        report.fallback("no_wrapper", f"no per-sampling count summary in the log ({type(exc).__name__}: {exc}); "
-                                      "the override still works")
 
 
 NODES = [H3KitComputeDtype, H3KitSageAttention]
