@@ -39,6 +39,7 @@ from ..checks.graph_edit import (
     GraphEditError,
     apply_seed,
     apply_sets,
+    check_upload_kind,
     job_seeds,
     no_seed_advice,
     parse_upload,
@@ -282,7 +283,9 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
         nid, path = parse_upload(item, graph)
         if not Path(path).is_file():
             raise GraphEditError(f"--upload '{item}': {path} is not a file")
-        name = upload_input_name(object_info, str(graph[nid].get("class_type", "")))
+        class_type = str(graph[nid].get("class_type", ""))
+        check_upload_kind(item, class_type, path)
+        name = upload_input_name(object_info, class_type)
         if name is None:
             raise GraphEditError(f"--upload '{item}': node {nid} ({graph[nid].get('class_type')}) has no file input")
         saved = client.upload(Path(path))
