@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..checks.filetypes import output_name_problem
-from .files import TargetExists, atomic_path
+from .files import TargetExists, atomic_path, is_folder, name_problem, os_reason, regular_file_problem
 from .safetensors_file import MAX_HEADER_BYTES, SafetensorsHeader, SafetensorsHeaderError, read_header
 
 FP16_MAX = 65504.0
 CHUNK_ELEMENTS = 8 * 1024 * 1024  # 16 MiB of bf16 per read: bounded memory, few Python round trips
 COPY_CHUNK_BYTES = 64 * 1024 * 1024
-MAX_OUTPUT_NAME_BYTES = 255  # the file-name limit of ext4, NTFS, APFS
 
 Progress = Callable[[int], None]  # called with the number of source bytes just processed
 
@@ -87,7 +86,7 @@ def read_source(path: Path) -> SafetensorsHeader:
         raise ConvertError(f"{path} is not a safetensors file the safetensors library would load: {exc}. Nothing was "
                            "written; use an intact copy of the model (compare its size with the download page)") from exc
     except OSError as exc:
-        raise ConvertError(f"cannot read {path} ({exc.strerror or exc})") from exc
+        raise ConvertError(f"cannot read {path}: it {os_reason(exc)}") from exc
 
 
 def plan_bf16_to_fp16(header: SafetensorsHeader) -> list[TensorPlan]:
@@ -188,16 +187,16 @@ def verify_output(path: Path, plans: list[TensorPlan], metadata: dict[str, str] 
 
 
 def check_paths(source: Path, target: Path, overwrite: bool) -> None:
-    if not source.is_file():
-        raise ConvertError(f"input {source} does not exist or is not a file")
-    name_bytes = len(os.fsencode(target.name))
-    if name_bytes > MAX_OUTPUT_NAME_BYTES:
-        raise ConvertError(f"the output file name is {name_bytes} bytes long; file systems allow at most "
-                           f"{MAX_OUTPUT_NAME_BYTES}: use a shorter name")
+    problem = regular_file_problem(source)
+    if problem is not None:
+        raise ConvertError(f"input {source} {problem}")
+    problem = name_problem(target.name)
+    if problem is not None:
+        raise ConvertError(f"the output file name {problem}: choose another name")
     wrong_name = output_name_problem(target, "safetensors")
     if wrong_name:
         raise ConvertError(wrong_name)
-    if not target.parent.is_dir():
+    if not is_folder(target.parent):
         raise ConvertError(f"output folder {target.parent} does not exist")
     if target.exists() and os.path.samefile(source, target):
         raise ConvertError(f"input and output are the same file ({source}); give a new output name")

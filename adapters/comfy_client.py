@@ -2,8 +2,10 @@
 `validate --server`, `doctor --server` and the tier-b test harness.
 
 What a server can do to us is bounded here, once:
-- every call has a connect and a read timeout, and (optionally) a total deadline: a server that trickles
-  one byte a second is cut off when the deadline passes, not when it finishes;
+- every call has a connect and a read timeout, and every exchange (a request with its whole answer, one
+  download, one websocket message) a total time: MAX_ANSWER_S, the download time a caller allows, and the
+  client's `Deadline` when one is set. When the time is up the socket is shut down (`_Watch`), so a server
+  that trickles one byte a second, in its headers or its body, is cut off then, not when it finishes;
 - redirects are followed only to the same origin (scheme, host, port); anything else is refused;
 - JSON bodies and downloads are streamed with a byte cap; downloads go straight to disk through the
   atomic writer (adapters/files.py), never into memory;
@@ -16,11 +18,14 @@ anything else the server did wrong 1.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
+import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from re import compile as regex
 from typing import Any
@@ -28,10 +33,14 @@ from typing import Any
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_UNREACHABLE
 from ..checks.problem import printable
 from . import bounded_json
-from .files import write_new
+from .files import WINDOWS_RESERVED_NAMES, name_problem, write_new
 
 CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 60.0
+SERVER_CHECK_TIMEOUT_S = 60.0  # validate --server, doctor --server: their whole exchange (--timeout)
+READ_TIMEOUT_S = 60.0  # one socket read
+MAX_ANSWER_S = 300.0  # one JSON answer, headers and body (a 96 MiB /object_info at 1 MB/s takes 100 s)
+MAX_WS_MESSAGE_S = 30.0  # one websocket message, once its first byte arrived
+MAX_TRANSFER_S = 3600.0  # the output files of one job, or one upload, when no --timeout is given
 MAX_JSON_BYTES = 32 * 1024 * 1024  # /history, /queue, /prompt answers (one prompt's entry is kilobytes)
 MAX_OBJECT_INFO_BYTES = 96 * 1024 * 1024  # a host with many node packs answers 5-30 MB
 MAX_DOWNLOAD_BYTES = 16 * 1024**3  # one output file; run --max-download overrides
@@ -62,6 +71,10 @@ class BadServerURL(ComfyError, ValueError):
 
 class BadResponse(ComfyError):
     """The server answered something we refuse: too large, not JSON, a foreign redirect, an unsafe name."""
+
+
+class TooLarge(BadResponse):
+    """An answer or download over its byte cap."""
 
 
 class HTTPStatusError(ComfyError):
@@ -124,6 +137,11 @@ def safe_basename(name: Any, what: str = "filename") -> str:
     if len(base.encode()) > 200:  # file systems allow 255 bytes; leave room for -1, -2 ... suffixes
         keep = suffix[:16] if dot else ""
         base = (stem if dot else base).encode()[:180].decode(errors="ignore") + (f".{keep}" if keep else "")
+    base = base.rstrip(" .")  # Windows drops them: 'a.png.' would become another file's name
+    if base.split(".")[0].rstrip(" ").upper() in WINDOWS_RESERVED_NAMES:
+        base = "_" + base  # 'CON', 'nul.png', 'COM1.mp4' name devices on Windows, not files
+    if name_problem(base) is not None:
+        raise BadResponse(f"the server sent {what} {printable(repr(name), 80)}, which names no file")
     return base
 
 
@@ -162,16 +180,97 @@ class Deadline:
         return seconds if remaining is None else max(min(seconds, remaining), 0.01)
 
 
+class _Watch:
+    """Ends one exchange at a wall-clock time by shutting its socket down, so that a read blocked anywhere
+    below us (requests, urllib3, http.client, websocket-client) returns at once. Socket timeouts alone bound
+    each read, not the sum: a server sending one byte a second never trips them."""
+
+    def __init__(self, ends_at: float, because_deadline: bool):
+        self.started, self.ends_at, self.because_deadline = time.monotonic(), ends_at, because_deadline
+        self.fired = False
+        self._socket: Callable[[], Any] | None = None
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    def arm(self, get_socket: Callable[[], Any]) -> None:
+        """Watch the socket `get_socket()` returns (looked up when the time is up: it may not exist yet)."""
+        with self._lock:
+            self._socket = get_socket
+            if self._timer is None:
+                self._timer = threading.Timer(max(self.ends_at - time.monotonic(), 0.0), self._fire)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            sock = self._socket() if self._socket is not None else None
+            if sock is None:
+                return
+            self.fired = True
+            with contextlib.suppress(OSError):  # already closed: nothing left to stop
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def disarm(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._socket = None
+
+
+_CURRENT = threading.local()  # the _Watch of the exchange this thread is starting (read by the connections)
+
+
+def _watched_connection(base: type) -> type:
+    """urllib3's connection class, reporting its socket to the current exchange's _Watch before it sends a
+    request and before it reads the answer's headers."""
+
+    class Watched(base):
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            watch = getattr(_CURRENT, "watch", None)
+            if watch is not None:  # a new connection has no socket yet: look it up when the time is up
+                watch.arm(lambda: getattr(self, "sock", None))
+            return super().request(*args, **kwargs)
+
+        def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+            watch, sock = getattr(_CURRENT, "watch", None), getattr(self, "sock", None)
+            if watch is not None and sock is not None:  # this socket: http.client drops self.sock when the
+                watch.arm(lambda: sock)  # answer says "close", and the body is still read from it
+            return super().getresponse(*args, **kwargs)
+
+    return Watched
+
+
+def _watched_session():
+    """A requests session whose connections report their sockets to the current _Watch."""
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class HTTPPool(HTTPConnectionPool):
+        ConnectionCls = _watched_connection(HTTPConnectionPool.ConnectionCls)
+
+    class HTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = _watched_connection(HTTPSConnectionPool.ConnectionCls)
+
+    class Adapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {"http": HTTPPool, "https": HTTPSPool}
+
+    session = requests.Session()
+    session.trust_env = False  # a proxy from the environment must not see or redirect local traffic
+    for prefix in ("http://", "https://"):
+        session.mount(prefix, Adapter())
+    return session
+
+
 class ComfyClient:
     def __init__(self, server: str, connect_timeout: float = CONNECT_TIMEOUT_S,
                  read_timeout: float = READ_TIMEOUT_S, deadline: Deadline | None = None):
-        import requests
-
         self.server = normalise_server(server)
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
         self.deadline = deadline or Deadline(None)
-        self.session = requests.Session()
-        self.session.trust_env = False  # a proxy from the environment must not see or redirect local traffic
+        self.session = _watched_session()
 
     def close(self) -> None:
         self.session.close()
@@ -188,27 +287,50 @@ class ComfyClient:
             raise TimedOut(f"the time limit ran out before asking {self.server}")
         return self.deadline.cap(self.connect_timeout), self.deadline.cap(self.read_timeout)
 
-    def _send(self, method: str, route: str, **kwargs: Any):
+    def _watch_for(self, seconds: float) -> _Watch:
+        """A _Watch ending `seconds` from now, or at the deadline when that comes first."""
+        ends_at = time.monotonic() + max(seconds, 0.0)
+        by_deadline = self.deadline.end is not None and self.deadline.end <= ends_at
+        return _Watch(self.deadline.end if by_deadline else ends_at, by_deadline)
+
+    def _cut_off(self, watch: _Watch, what: str, received: int | None = None) -> TimedOut:
+        so_far = f" ({received:,} bytes so far)" if received is not None else ""
+        if watch.because_deadline:
+            return TimedOut(f"{what}: the time limit ran out while receiving{so_far}")
+        return TimedOut(f"{what}: no complete answer within the {watch.ends_at - watch.started:.0f} s allowed for "
+                        f"it{so_far}; the server sends too slowly")
+
+    @contextlib.contextmanager
+    def _exchange(self, method: str, route: str, seconds: float | None = None, **kwargs: Any) -> Iterator[Any]:
+        """One request and its answer, streaming, all within `seconds` (default MAX_ANSWER_S) and the deadline;
+        closed on exit."""
+        watch = self._watch_for(MAX_ANSWER_S if seconds is None else seconds)
+        try:
+            with self._send(method, route, watch, **kwargs) as response:
+                response.h3kit_watch = watch
+                yield response
+        finally:
+            watch.disarm()
+            if watch.fired:  # the cut connection must not go back to the pool
+                self.session.close()
+                self.session = _watched_session()
+
+    def _send(self, method: str, route: str, watch: _Watch, **kwargs: Any):
         """One request with same-origin redirects only; returns the streaming response (caller closes it)."""
         import requests
 
         url = self.server + route
         for _ in range(MAX_REDIRECTS + 1):
+            _CURRENT.watch = watch
             try:
                 response = self.session.request(method, url, stream=True, allow_redirects=False,
                                                 timeout=self._timeouts(), **kwargs)
-            except requests.exceptions.ConnectTimeout as exc:
-                raise Unreachable(f"cannot reach ComfyUI at {self.server}: no answer to the connection "
-                                  f"within {self.connect_timeout:g} s. Is the server running?") from exc
-            except requests.exceptions.ConnectionError as exc:
-                if isinstance(exc, requests.exceptions.ReadTimeout):
-                    raise TimedOut(f"{self.server}{route} did not answer in time") from exc
-                raise Unreachable(f"cannot reach ComfyUI at {self.server}: {root_reason(exc)}. "
-                                  "Is the server running, and is the address right?") from exc
-            except requests.exceptions.Timeout as exc:
-                raise TimedOut(f"{self.server}{route} did not answer in time") from exc
             except requests.exceptions.RequestException as exc:
-                raise BadResponse(f"{self.server}{route}: {printable(exc, 200)}") from exc
+                if watch.fired:
+                    raise self._cut_off(watch, f"{self.server}{route}") from exc
+                raise self._request_error(route, exc) from exc
+            finally:
+                _CURRENT.watch = None
             if response.status_code not in REDIRECT_CODES:
                 return response
             location = response.headers.get("Location", "")
@@ -222,40 +344,47 @@ class ComfyClient:
                 method, kwargs = "GET", {k: v for k, v in kwargs.items() if k not in ("data", "json", "files")}
         raise BadResponse(f"{self.server}{route}: more than {MAX_REDIRECTS} redirects")
 
-    def _chunks(self, response, cap: int, what: str):
-        """The body in chunks, each read bounded by the read timeout and the deadline, total <= cap."""
+    def _request_error(self, route: str, exc: Exception) -> ComfyError:
+        import requests
+
+        if isinstance(exc, requests.exceptions.ConnectTimeout):
+            return Unreachable(f"cannot reach ComfyUI at {self.server}: no answer to the connection within "
+                               f"{self.connect_timeout:g} s. Is the server running?")
+        if isinstance(exc, requests.exceptions.Timeout):
+            return TimedOut(f"{self.server}{route} did not answer in time")
+        if isinstance(exc, requests.exceptions.ConnectionError):
+            return Unreachable(f"cannot reach ComfyUI at {self.server}: {root_reason(exc)}. "
+                               "Is the server running, and is the address right?")
+        return BadResponse(f"{self.server}{route}: {printable(exc, 200)}")
+
+    def _chunks(self, response, cap: int, what: str) -> Iterator[bytes]:
+        """The body in chunks, total <= cap, within the exchange's time (a cut-off raises TimedOut)."""
+        watch = response.h3kit_watch
         declared = response.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > cap:
-            raise BadResponse(f"{what} is {int(declared):,} bytes, over the limit of {cap:,}")
+            raise TooLarge(f"{what} is {int(declared):,} bytes, over the limit of {cap:,}")
         raw, total = response.raw, 0
-        read = getattr(raw, "read1", None) or raw.read
+        read = getattr(raw, "read1", None) or raw.read  # read1: what has arrived, not a loop until CHUNK bytes
         while True:
-            self._limit_socket_wait(raw)
             try:
                 chunk = read(CHUNK, decode_content=True)
             except Exception as exc:  # noqa: BLE001 - urllib3/socket errors mid-body all mean the same here
-                if self.deadline.expired() or "timed out" in str(exc).lower():
+                if watch.fired:
+                    raise self._cut_off(watch, what, total) from exc
+                if "timed out" in str(exc).lower():
                     raise TimedOut(f"{what}: the server stopped sending (timeout)") from exc
                 raise Unreachable(f"{what}: the connection broke: {printable(exc, 200)}") from exc
+            if watch.fired:  # the cut socket reads as the end of a body without a length
+                raise self._cut_off(watch, what, total)
             if not chunk:
                 return
             total += len(chunk)
             if total > cap:
-                raise BadResponse(f"{what} is larger than the limit of {cap:,} bytes; refused")
-            if self.deadline.expired():
-                raise TimedOut(f"{what}: the time limit ran out while receiving ({total:,} bytes so far)")
+                raise TooLarge(f"{what} is larger than the limit of {cap:,} bytes; refused")
             yield chunk
 
-    def _limit_socket_wait(self, raw: Any) -> None:
-        """Each socket read waits at most the read timeout and never past the deadline."""
-        sock = getattr(getattr(raw, "connection", None), "sock", None) or getattr(
-            getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
-        if sock is not None and hasattr(sock, "settimeout"):
-            sock.settimeout(self.deadline.cap(self.read_timeout))
-
     def _body(self, response, cap: int, what: str) -> bytes:
-        with response:
-            return b"".join(self._chunks(response, cap, what))
+        return b"".join(self._chunks(response, cap, what))
 
     @staticmethod
     def _parse(raw: bytes, what: str) -> Any:
@@ -278,8 +407,8 @@ class ComfyClient:
     def get_json(self, route: str, params: Mapping[str, Any] | None = None, cap: int = MAX_JSON_BYTES) -> Any:
         """GET route -> parsed JSON. HTTP errors raise HTTPStatusError."""
         what = f"{self.server}{route}"
-        response = self._send("GET", route, params=params)
-        raw = self._body(response, cap, what)
+        with self._exchange("GET", route, params=params) as response:
+            raw = self._body(response, cap, what)
         if response.status_code >= 400:
             raise HTTPStatusError(response.status_code, self._error_body(raw), what)
         return self._parse(raw, what)
@@ -293,26 +422,29 @@ class ComfyClient:
     def post_json(self, route: str, payload: Any, cap: int = MAX_JSON_BYTES) -> tuple[int, Any]:
         """POST JSON -> (HTTP status, parsed body or text). 4xx/5xx are returned, not raised: the caller
         reads ComfyUI's node_errors from them."""
-        response = self._send("POST", route, json=payload)
-        return response.status_code, self._error_body(self._body(response, cap, f"{self.server}{route}"))
+        with self._exchange("POST", route, json=payload) as response:
+            raw = self._body(response, cap, f"{self.server}{route}")
+        return response.status_code, self._error_body(raw)
 
     def upload(self, path: Path, folder_type: str = "input") -> dict:
         """POST /upload/image (ComfyUI's upload route for any input file) -> {name, subfolder, type}."""
-        with open(path, "rb") as handle:
-            response = self._send("POST", "/upload/image", data={"type": folder_type},
-                                  files={"image": (Path(path).name, handle, "application/octet-stream")})
-        body = self._error_body(self._body(response, MAX_JSON_BYTES, f"{self.server}/upload/image"))
+        with open(path, "rb") as handle, self._exchange(
+                "POST", "/upload/image", MAX_TRANSFER_S, data={"type": folder_type},
+                files={"image": (Path(path).name, handle, "application/octet-stream")}) as response:
+            raw = self._body(response, MAX_JSON_BYTES, f"{self.server}/upload/image")
+        body = self._error_body(raw)
         if response.status_code >= 400 or not isinstance(body, dict):
             raise HTTPStatusError(response.status_code, body, self.server + "/upload/image")
         return body
 
-    def download(self, params: Mapping[str, Any], folder: Path, name: str, cap: int = MAX_DOWNLOAD_BYTES) -> Path:
-        """GET /view?params streamed into folder/<safe name> (a free name: never overwrites), atomically."""
+    def download(self, params: Mapping[str, Any], folder: Path, name: str, cap: int = MAX_DOWNLOAD_BYTES,
+                 seconds: float | None = None) -> Path:
+        """GET /view?params streamed into folder/<safe name> (a free name: never overwrites), atomically, within
+        `seconds` (and the deadline)."""
         local = safe_basename(name)
-        response = self._send("GET", "/view", params=params)
-        with response:
+        with self._exchange("GET", "/view", MAX_TRANSFER_S if seconds is None else seconds, params=params) as response:
             if response.status_code >= 400:
-                body = b"".join(self._chunks(response, 64 * 1024, "/view error"))
+                body = self._body(response, 64 * 1024, "/view error")
                 raise HTTPStatusError(response.status_code, self._error_body(body), self.server + "/view")
             return write_new(folder, local, self._chunks(response, cap, f"{self.server}/view ({local})"))
 
@@ -329,27 +461,39 @@ class ComfyClient:
 
 
 class EventSocket:
-    """ComfyUI's /ws stream: JSON text events in, binary preview frames skipped, every frame size-capped."""
+    """ComfyUI's /ws stream: JSON text events in, binary preview frames skipped, every frame size-capped, the
+    handshake within the connect timeout and each message within MAX_WS_MESSAGE_S of the wait (a _Watch)."""
 
     def __init__(self, url: str, connect_timeout: float, cap: int = MAX_WS_MESSAGE_BYTES):
         try:
             import websocket
         except ImportError:
             raise ComfyError("websocket-client is not installed (pip install websocket-client)") from None
+        self.ws = websocket.WebSocket(enable_multithread=False)
+        watch = _Watch(time.monotonic() + connect_timeout, False)
+        watch.arm(lambda: self.ws.sock)
         try:
-            self.ws = websocket.create_connection(url, timeout=connect_timeout, enable_multithread=False)
+            self.ws.connect(url, timeout=connect_timeout)
         except (OSError, websocket.WebSocketException) as exc:
             status = getattr(exc, "status_code", None)
-            reason = f"the handshake answered HTTP {status}" if status else printable(exc, 200)
+            reason = ("the handshake did not finish in time" if watch.fired else
+                      f"the handshake answered HTTP {status}" if status else printable(exc, 200))
+            self.ws.close()
             raise Unreachable(f"websocket {url.split('?')[0]}: {reason}") from exc
+        finally:
+            watch.disarm()
         _cap_frames(self.ws, cap)
 
     def recv_event(self, wait_s: float) -> dict | None:
         """The next JSON event, or None when none came within wait_s (or it was a binary/unusable frame).
-        Raises ComfyError when the socket is closed or a frame is over the cap."""
+        Raises ComfyError when the socket is closed, a frame is over the cap, or a message that began
+        arriving is not complete MAX_WS_MESSAGE_S later."""
         import websocket
 
-        self.ws.settimeout(max(wait_s, 0.01))
+        wait_s = max(wait_s, 0.01)
+        self.ws.settimeout(wait_s)
+        watch = _Watch(time.monotonic() + wait_s + MAX_WS_MESSAGE_S, False)
+        watch.arm(lambda: self.ws.sock)
         try:
             opcode, data = self.ws.recv_data()
         except websocket.WebSocketTimeoutException:
@@ -357,7 +501,12 @@ class EventSocket:
         except FrameTooLarge as exc:
             raise BadResponse(str(exc)) from exc
         except (OSError, websocket.WebSocketException) as exc:
+            if watch.fired:
+                raise BadResponse(f"a websocket message did not arrive whole within {MAX_WS_MESSAGE_S:.0f} s "
+                                  "(the server sends too slowly)") from exc
             raise Unreachable(f"websocket closed: {printable(exc, 200)}") from exc
+        finally:
+            watch.disarm()
         if opcode != websocket.ABNF.OPCODE_TEXT:
             return None
         try:

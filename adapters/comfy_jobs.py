@@ -1,8 +1,9 @@
 """One ComfyUI job over the client: submit a prompt, follow it to the end, read its history, fetch its files.
 
 Used by `run` and `cond build`. Following: websocket events when /ws opens (progress), /history polling
-always as the safety net, and F26: when our time runs out, the server's queue is asked before anything is
-called lost. Everything the server sends is treated as data: ids through `safe_id`, file names through
+always as the safety net, and F26: the server's queue is asked every QUEUE_CHECK_S while the history has no
+entry (a job the queue holds is waited for, however long; one that neither has is lost), and again when our
+time runs out. Everything the server sends is treated as data: ids through `safe_id`, file names through
 `safe_basename`, malformed events and entries skipped or reported, never a crash.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.facts import EXIT_INVALID
-from ..checks.problem import printable
+from ..checks.problem import printable, printable_lines
 from .comfy_client import (
     BadResponse,
     ComfyClient,
@@ -30,9 +31,14 @@ from .comfy_client import (
     safe_id,
 )
 
-UNREACHABLE_GRACE_S = 120.0  # consecutive connection failures while following before we call the server gone
+UNREACHABLE_GRACE_S = 120.0  # no answer to any question about the job for this long: the server is gone
 POLL_INTERVAL_S = 0.5  # /history polling without a websocket
 POLL_WITH_WS_S = 5.0  # /history polling as the safety net beside the websocket
+QUEUE_CHECK_S = 10.0  # while /history has no entry, /queue is asked this often (F26: held jobs are waited for)
+LOST_AFTER_MISSES = 2  # consecutive /queue + /history answers without the job: it is lost
+MAX_JOB_FILES = 1000  # output files fetched per job (run); the pipeline's graphs write one to three
+MAX_JOB_DOWNLOAD_BYTES = 32 * 1024**3  # all output files of one job (run --max-job-download)
+LOST_NOTE = "the server neither holds the job nor has a history entry for it (restarted or cleared?)"
 FINAL_QUESTION_S = 15.0  # time allowed to ask about the job after --timeout ran out (F26)
 # /history can list a prompt as finished before the websocket has delivered its events (the server writes the entry,
 # then its event loop sends the queued messages): wait this long for the finish event, so execution_cached and the
@@ -128,13 +134,13 @@ class ProgressBar(Listener):
         if self.bar.disable:
             self.say(self.label, text)
         else:
-            self.bar.write(printable(f"{self.label}{text}"), file=sys.stdout)
+            self.bar.write(printable_lines(f"{self.label}{text}"), file=sys.stdout)
 
     def warn(self, text: str) -> None:
         if self.bar.disable:
             self.warn_line(self.label, f"WARN  {text}")
         else:
-            self.bar.write(printable(f"{self.label}WARN  {text}"), file=sys.stderr)
+            self.bar.write(printable_lines(f"{self.label}WARN  {text}"), file=sys.stderr)
 
     def finished(self, success: bool) -> None:
         """Fill the bar when the job succeeded (nodes we never heard about ran or came from the cache)."""
@@ -272,10 +278,11 @@ def output_files(entry: dict) -> tuple[list[OutputFile], list[str]]:
     return files, refused
 
 
-def fetch_output(client: ComfyClient, item: OutputFile, folder: Path, cap: int) -> Path:
-    """/view the file into `folder` under a safe, free name; never outside it, never overwriting."""
+def fetch_output(client: ComfyClient, item: OutputFile, folder: Path, cap: int, seconds: float | None) -> Path:
+    """/view the file into `folder` under a safe, free name, at most `cap` bytes within `seconds` (and the
+    client's deadline); never outside the folder, never overwriting."""
     return client.download({"filename": item.filename, "subfolder": item.subfolder, "type": item.kind},
-                           folder, item.filename, cap)
+                           folder, item.filename, cap, seconds)
 
 
 # -------------------------------------------------------------------------------------------- following
@@ -314,8 +321,8 @@ class Follower:
         return outcome
 
     def _wait(self, ws: EventSocket | None) -> Outcome:
-        failing_since: float | None = None
-        last_poll = 0.0
+        silent_since: float | None = None  # when the current run of unanswered status questions began
+        last_poll, last_queue, misses = 0.0, time.monotonic(), 0
         while True:
             if ws is not None:
                 ws = self._pump(ws)
@@ -324,29 +331,43 @@ class Follower:
                 last_poll = now
                 try:
                     entry = history_entry(self.client, self.prompt_id)
-                    failing_since = None
+                    if entry is None and now - last_queue >= QUEUE_CHECK_S:
+                        last_queue = now
+                        entry, held = self._queue_or_history()
+                        misses = 0 if held else misses + 1
+                    silent_since = None
                     if entry is not None:
                         if ws is not None and not self.finished_event:
                             ws = self._settle(ws)
                         return Outcome(entry_state(entry, self.events), entry)
-                except HTTPStatusError as err:
-                    # A proxy in front of ComfyUI may answer 502/504 while the backend renders on (F26).
-                    self._note(f"/history answered HTTP {err.status}; the job may still be running, waiting on")
-                except TimedOut as exc:
-                    if not self.deadline.expired():
-                        self._note(f"{exc}; retrying")
-                except Unreachable as exc:
-                    failing_since = failing_since or now
-                    self._note(f"{exc}; retrying")
-                    if now - failing_since > UNREACHABLE_GRACE_S:
-                        return Outcome("unreachable",
-                                       note=f"the server stopped answering for {UNREACHABLE_GRACE_S:.0f} s")
+                    if misses >= LOST_AFTER_MISSES:
+                        return Outcome("lost", note=LOST_NOTE)
+                except (HTTPStatusError, TimedOut, Unreachable) as exc:
+                    silent_since = silent_since or now
+                    if not (isinstance(exc, TimedOut) and self.deadline.expired()):
+                        self._note(self._retry_text(exc))
+                    if now - silent_since > UNREACHABLE_GRACE_S:
+                        return Outcome("unreachable", note=f"the server has answered no question about the job for "
+                                       f"{UNREACHABLE_GRACE_S:.0f} s (last: {exc})")
                 except BadResponse as exc:
                     return Outcome("refused", note=str(exc))
             if self.deadline.expired():
                 return self._on_timeout()
             if ws is None:
                 time.sleep(min(POLL_INTERVAL_S, max(self.deadline.cap(POLL_INTERVAL_S), 0.01)))
+
+    @staticmethod
+    def _retry_text(exc: ComfyError) -> str:
+        if isinstance(exc, HTTPStatusError):  # a proxy in front of ComfyUI may answer 502/504 while it renders (F26)
+            return f"/history answered HTTP {exc.status}; the job may still be running, waiting on"
+        return f"{exc}; retrying"
+
+    def _queue_or_history(self) -> tuple[dict | None, bool]:
+        """(the history entry, whether the queue holds the job): the queue first, then the history again, so
+        a job that finishes between the two questions is found, never called lost."""
+        if queue_holds(self.client, self.prompt_id):
+            return None, True
+        return history_entry(self.client, self.prompt_id), False
 
     def _settle(self, ws: EventSocket) -> EventSocket | None:
         """The history entry is complete: read the websocket on until this prompt's finish event (bounded by
@@ -390,8 +411,7 @@ class Follower:
         if held:
             return Outcome("timeout", note=f"stopped waiting, but the server still holds the job ({held}): it is not "
                            f"a failure; its result will appear at {self.client.server}/history/{self.prompt_id}")
-        return Outcome("lost", note="the server neither holds the job nor has a history entry for it "
-                       "(restarted or cleared?)")
+        return Outcome("lost", note=LOST_NOTE)
 
 
 def open_events(client: ComfyClient, client_id: str) -> tuple[EventSocket | None, str]:

@@ -7,6 +7,11 @@ workflows) goes through here:
   step is a hard link, which fails atomically when the name appeared meanwhile;
 - the result has the mode an ordinary `open()` would give (0o666 minus the umask), not mkstemp's 0600;
 - on any error or interruption the temp file is removed and the target is untouched.
+
+It is also the one home of the rules for names and paths the pack is given: `name_problem` (a file name H3Kit
+creates must work on Linux, Windows and macOS: at most 255 bytes, no reserved device name, no character any of
+them forbids) and `open_regular` / `regular_file_problem` (a path read as a file must be a regular file: a
+FIFO or a device would block or never end, and is refused before it is opened for reading).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -22,7 +28,98 @@ from typing import IO, Any
 
 TEMP_SUFFIX = ".tmp"
 MAX_NAME_TRIES = 10_000
+MAX_NAME_BYTES = 255  # one file name (path component), UTF-8: ext4, NTFS (255 UTF-16 units), APFS
+TEMP_PREFIX_BYTES = 100  # of the target's name in its temp file's name: room for mkstemp's suffix within 255
+# Names Windows reserves for devices, with or without an extension ("nul.txt"), any case, trailing spaces.
+WINDOWS_RESERVED_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"} | {
+    f"{port}{digit}" for port in ("COM", "LPT") for digit in (*"0123456789", "\u00b9", "\u00b2", "\u00b3")})
+WINDOWS_FORBIDDEN_CHARS = frozenset('<>:"|?*')
 _UMASK_LOCK = threading.Lock()
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class NotARegularFile(OSError):
+    """A path to read names a folder, a FIFO, a device or a socket; strerror says which."""
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a file H3Kit creates on every OS it runs on, or None. The reason is a phrase
+    ("is 300 bytes long; at most 255 are allowed") that callers put after the name."""
+    if name in ("", ".", ".."):
+        return "names no file"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid Unicode text"
+    if size > MAX_NAME_BYTES:
+        return f"is {size} bytes long; at most {MAX_NAME_BYTES} are allowed (UTF-8)"
+    if "/" in name or "\\" in name:
+        return "contains a path separator"
+    bad = sorted({ch for ch in name if ch in WINDOWS_FORBIDDEN_CHARS or ord(ch) < 32 or ord(ch) == 127})
+    if bad:
+        return f"contains characters file names cannot hold on every system: {bad!r}"
+    if name != name.strip() or name.endswith("."):
+        return "starts or ends with a space or ends with '.', which Windows strips"
+    device = name.split(".")[0].rstrip(" ").upper()
+    if device in WINDOWS_RESERVED_NAMES:
+        return f"is the reserved device name '{name.split('.')[0]}' on Windows"
+    return None
+
+
+def regular_file_problem(path: Path | str) -> str | None:
+    """Why `path` cannot be read as a file, or None: missing, a folder, a FIFO, a device, a socket, a link
+    loop, a name too long. Never opens the path (opening a FIFO blocks until someone writes to it)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return os_reason(exc)
+    except ValueError:
+        return "contains a NUL character, which no path has"
+    return _kind_problem(mode)
+
+
+def _kind_problem(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((text for test, text in _FILE_KINDS if test(mode)), "not a regular file")
+    return f"is {kind}, not a regular file"
+
+
+def is_folder(path: Path | str) -> bool:
+    """True for an existing folder; False for anything else, including a path the OS cannot even look up."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return False
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError as a short phrase naming the cause ("is a loop of symbolic links", "does not exist")."""
+    if isinstance(exc, NotARegularFile):
+        return exc.strerror
+    reasons = {errno.ENOENT: "does not exist", errno.ELOOP: "is a loop of symbolic links",
+               errno.ENAMETOOLONG: "has a name too long for the file system", errno.EACCES: "cannot be read (permission denied)",
+               errno.ENOTDIR: "has a part that is not a folder", errno.ENOSPC: "cannot be written: the disk is full"}
+    return reasons.get(exc.errno, f"cannot be used ({exc.strerror or exc})")
+
+
+def open_regular(path: Path | str, mode: str = "rb", buffering: int = -1) -> IO:
+    """`path` opened for reading, refused (NotARegularFile) unless it is a regular file. The check is on the
+    opened file itself (opened without blocking, so a FIFO cannot hang us), not on the name."""
+    if mode not in ("rb", "r"):
+        raise ValueError(f"open_regular reads; mode {mode!r}")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        problem = _kind_problem(os.fstat(fd).st_mode)
+        if problem is not None:
+            raise NotARegularFile(errno.EINVAL, problem, str(path))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, buffering=buffering, **({"encoding": "utf-8"} if mode == "r" else {}))
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class TargetExists(FileExistsError):
@@ -115,7 +212,8 @@ def atomic_write(target: Path | str, overwrite: bool = False, check: Callable[[P
     if target.exists() and not overwrite and not unique:
         raise TargetExists(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=TEMP_SUFFIX)
+    short = target.name.encode("utf-8", "surrogateescape")[:TEMP_PREFIX_BYTES].decode("utf-8", "ignore")
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{short}.", suffix=TEMP_SUFFIX)
     os.close(fd)
     pending = Pending(Path(name), target)
     try:

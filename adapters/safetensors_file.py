@@ -29,8 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.filetypes import HEAD_BYTES, FileKind, sniff
+from ..checks.filetypes import MAX_SAFETENSORS_HEADER as MAX_HEADER_BYTES  # one source: the library's value
+from .files import open_regular
 
-MAX_HEADER_BYTES = 100_000_000  # the library's MAX_HEADER_SIZE
+# H3Kit's own bound, below the library's: '{' + '[' bytes in a header, counted before it is parsed. A model has a
+# few thousand tensors (3 containers each; 16k for a quantized LTX-2); 100 MB of empty tensor entries would
+# otherwise cost 3.2 GiB and 4 minutes to parse in Python.
+MAX_HEADER_CONTAINERS = 200_000
 MAX_JSON_DEPTH = 127  # deepest nesting serde_json (recursion limit 128) lets through
 U64_MAX = 2**64 - 1
 METADATA_KEY = "__metadata__"
@@ -88,14 +93,15 @@ class SafetensorsHeader:
         return out
 
 
-def header_length(prefix: bytes, file_size: int) -> int:
-    """N from the first 8 bytes, checked against the library's cap and the file size."""
+def header_length(prefix: bytes, file_size: int, limit: int = MAX_HEADER_BYTES) -> int:
+    """N from the first 8 bytes, checked against the library's cap (or a caller's lower `limit`) and the file size."""
     if file_size < 8 or len(prefix) < 8:
         raise SafetensorsHeaderError(f"the file is {file_size} bytes, too short for a safetensors header (8 bytes)")
     length = int.from_bytes(bytes(prefix[:8]), "little")
-    if length > MAX_HEADER_BYTES:
-        raise SafetensorsHeaderError(f"the header length field says {length} bytes; safetensors allows at most "
-                                     f"{MAX_HEADER_BYTES} (not a safetensors file, or a corrupt one)")
+    if length > limit:
+        whose = "safetensors allows" if limit == MAX_HEADER_BYTES else "this kind of file has"
+        raise SafetensorsHeaderError(f"the header length field says {length} bytes; {whose} at most "
+                                     f"{limit} (not a safetensors file, or a corrupt one)")
     if 8 + length > file_size:
         raise SafetensorsHeaderError(f"the header length field says {length} bytes, which does not fit the "
                                      f"{file_size - 8} bytes after it (truncated, or not a safetensors file)")
@@ -106,7 +112,12 @@ def parse_header(raw: bytes | memoryview, length: int, file_size: int) -> Safete
     """The hand parser: the N header bytes (after the 8-byte prefix) of a `file_size`-byte file."""
     if len(raw) != length:
         raise SafetensorsHeaderError(f"read {len(raw)} header bytes, expected {length} (the file changed?)")
-    document = _strict_json(bytes(raw))
+    raw = bytes(raw)
+    containers = raw.count(b"{") + raw.count(b"[")
+    if containers > MAX_HEADER_CONTAINERS:
+        raise SafetensorsHeaderError(f"the header holds {containers:,} JSON objects and arrays; H3Kit reads at most "
+                                     f"{MAX_HEADER_CONTAINERS:,} (a model has a few thousand tensors)")
+    document = _strict_json(raw)
     if not isinstance(document, _Object):
         raise SafetensorsHeaderError(f"the header is a JSON {_json_kind(document)}, not an object")
     metadata, tensors = _split_top_level(document)
@@ -122,14 +133,15 @@ def parse_header(raw: bytes | memoryview, length: int, file_size: int) -> Safete
     return header
 
 
-def read_header(path: Path | str) -> SafetensorsHeader:
-    """Validate `path` with the safetensors library (header only, nothing allocated) and return its header.
-    A file that is something else is named as what it is (SafetensorsHeaderError.kind)."""
+def read_header(path: Path | str, max_header_bytes: int = MAX_HEADER_BYTES) -> SafetensorsHeader:
+    """Validate `path` with the safetensors library (header only, nothing allocated) and return its header;
+    a header longer than `max_header_bytes` is refused before it is read. A file that is something else is
+    named as what it is (SafetensorsHeaderError.kind)."""
     path = Path(path)
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         size = _file_size(handle)
         try:
-            length = header_length(handle.read(8), size)
+            length = header_length(handle.read(8), size, max_header_bytes)
             header = parse_header(handle.read(length), length, size)
         except SafetensorsHeaderError as exc:
             handle.seek(0)

@@ -23,9 +23,10 @@ importing this module imports neither ComfyUI nor aiohttp, so the pack and its t
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -41,13 +42,13 @@ from ..checks.server import comfyui_version_check
 from ..checks.validator import declared_inputs
 from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
 from ..nodes.common import LOG, log_once
+from . import preflight_request
 from .host import comfyui_version, host_loaded, host_module
+from .preflight_request import MAX_NODES, RequestRefused, prompt_graph, read_json
 
 PREFLIGHT_ROUTE = "/h3kit/preflight"
 # The graphs the editor checks before queueing: any H3Kit node, core MiniMax-H3 node or LTX(-AV) node.
 WATCHED_NODE_PATTERN = r"^(H3Kit|MiniMaxH3|EmptyMiniMaxH3|LTXV|LTXAV)"
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a 10 000-node graph with long prompts is ~10 MB
-MAX_NODES = 10_000
 WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / "workflows"
 TEMPLATE_SUFFIXES = {".json", ".jpg", ".jpeg", ".png", ".webp"}
 STATUS_ORDER = (PASS, WARN, FAIL)
@@ -204,27 +205,29 @@ async def describe_preflight(request: Any) -> Any:
     return web.json_response({"route": PREFLIGHT_ROUTE, "watch": WATCHED_NODE_PATTERN})
 
 
+@lru_cache(maxsize=1)
+def _checker() -> ThreadPoolExecutor:
+    """One thread for the checks: ComfyUI's event loop keeps serving while a graph is checked, and graphs sent
+    faster than they are checked wait in line (each within CHECK_S) instead of taking every core."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3kit-preflight")
+
+
 async def handle_preflight(request: Any) -> Any:
+    """The editor's check: the body's transport and shape by adapters/preflight_request.py (400/413 with the
+    reason), then the checks of `preflight_report`."""
     from aiohttp import web
 
     started = time.perf_counter()
-    fix = 'POST {"prompt": <API-format graph>} as the frontend sends to /prompt'
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        return _error(web, 413, f"body of {request.content_length} bytes is over {MAX_BODY_BYTES}", fix)
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        return _error(web, 413, f"body is over {MAX_BODY_BYTES} bytes", fix)
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _error(web, 400, f"body is not JSON ({exc})", fix)
-    graph = body.get("prompt") if isinstance(body, dict) else None
-    if not isinstance(graph, dict):
-        return _error(web, 400, "no 'prompt' object in the body", fix)
-    if len(graph) > MAX_NODES:
-        return _error(web, 413, f"graph has {len(graph)} nodes, over {MAX_NODES}", "check a smaller graph")
+        graph, absent = prompt_graph(await read_json(request))
+    except RequestRefused as refused:
+        return _error(web, refused.status, refused.message, refused.fix)
     try:
-        report = preflight_report(graph, comfyui_host, body.get("absent"))
+        report = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+            _checker(), preflight_report, graph, comfyui_host, absent), preflight_request.CHECK_S)
+    except asyncio.TimeoutError:
+        return _error(web, 413, f"the graph could not be checked within {preflight_request.CHECK_S:.0f} s",
+                      f"check a smaller graph, or run `{command('validate FILE')}` on the exported API graph")
     except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
         LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
         return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {exc})",
@@ -300,7 +303,7 @@ def register_prompt_adapter(prompt_server: Any) -> bool:
     add = getattr(prompt_server, "add_on_prompt_handler", None)
     if not callable(add):
         log_once("prompt_adapter", "H3Kit: this ComfyUI has no on-prompt handlers, so prompts queued by other clients "
-                 "are not adapted to its input layout; `python -m h3kit run` and the editor's preflight still adapt")
+                 f"are not adapted to its input layout; `{command('run')}` and the editor's preflight still adapt")
         return False
     add(adapt_queued_prompt)
     return True

@@ -61,6 +61,19 @@ F01_GARBAGE_STACK = ((0, 30, 0), (0, 2, 26))
 MIN_TORCH_CUDA_MAJOR = 13  # kitchen's CUDA backend (FP4 GEMM) needs a CUDA 13 torch build (F12)
 
 
+def parse_version(text: str) -> tuple[int, ...]:
+    """'0.34.0' -> (0, 34, 0); non-numeric tails are ignored ('0.3.64rc1' -> (0, 3, 64))."""
+    parts: list[int] = []
+    for piece in text.strip().lstrip("v").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break
+    return tuple(parts)
+
+
 def version_text(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
@@ -78,6 +91,7 @@ EXIT_FAILED = 1  # the work ran and failed, or a check found a problem
 EXIT_INVALID = 2  # refused before any work: arguments, input files, validation, an output name
 EXIT_TIMEOUT = 3  # --timeout ran out (the job may still be running)
 EXIT_UNREACHABLE = 4  # the server cannot be reached
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, the shells' convention)
 EXIT_CODES = {
     EXIT_OK: "ok: done, and every check passed",
     EXIT_FAILED: "failed: the work ran and failed, or a check found a problem (an execution error, a lost job, an "
@@ -87,6 +101,7 @@ EXIT_CODES = {
                   "wrong type; a workflow that does not validate; an output that exists or has the wrong extension",
     EXIT_TIMEOUT: "timeout: --timeout ran out (run: the job may still be running, the message says so)",
     EXIT_UNREACHABLE: "server unreachable (nothing was submitted, or the connection was lost: the message says which)",
+    EXIT_INTERRUPTED: "interrupted: Ctrl-C (one line; nothing half-written is left)",
 }
 
 

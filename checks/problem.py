@@ -12,14 +12,24 @@ PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 ERROR, WARNING = "error", "warning"
 
 
+LINE_BREAKS = "\n\r\t\v\f\x85\u2028\u2029"  # shown as one space: the text stays readable on its line
+
+
 def printable(text: Any, limit: int | None = None) -> str:
-    """Text safe to print: control and format characters (ANSI escapes, NUL, bidi overrides) that a
-    workflow, a file or a server sent become '?', so nothing it says can redraw or hide the terminal."""
+    """One line safe to print: control and format characters (ANSI escapes, NUL, bidi overrides) that a
+    workflow, a file or a server sent become '?', and line breaks and tabs a space, so nothing it says can
+    redraw or hide the terminal or start a line that looks like H3Kit's own."""
     text = str(text)
     if limit is not None and len(text) > limit:
         text = text[:limit] + "..."
-    return "".join(ch if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Cs") else "?"
-                   for ch in text)
+    return "".join(" " if ch in LINE_BREAKS else ch if unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Zl", "Zp")
+                   else "?" for ch in text)
+
+
+def printable_lines(text: Any) -> str:
+    """H3Kit's own multi-line text (lines it joined itself, each part from outside already `printable`):
+    every line made printable, the line breaks kept."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
 
 
 @dataclass
@@ -53,8 +63,8 @@ class Check:
     input: str | None = None
 
     def line(self) -> str:
-        text = f"{self.status}  {self.name}: {self.detail}"
-        return printable(text + (f"\n      fix: {self.fix}" if self.fix and self.status != PASS else ""))
+        text = printable(f"{self.status}  {self.name}: {self.detail}")
+        return text + (f"\n      fix: {printable(self.fix)}" if self.fix and self.status != PASS else "")
 
 
 def problem_check(problem: Problem) -> Check:

@@ -12,9 +12,11 @@ from pathlib import Path
 from re import compile as regex
 from typing import Any
 
+from ..adapters.files import regular_file_problem
 from ..adapters.safetensors_file import SafetensorsHeaderError as HeaderError
 from ..adapters.safetensors_file import read_header as read_safetensors_header
 from .facts import H3_EMBEDDING_WIDTH
+from .filetypes import sniff_file
 from .graph import input_kind, nodes_of, resolved
 from .model_files import FOLDER_ALIASES
 from .problem import Problem
@@ -73,6 +75,12 @@ def is_quantized(header: dict[str, Any]) -> bool:
 
 
 def header_problems(nid: str, ct: str, name: str, folder: str, path: Path) -> list[Problem]:
+    if path.suffix.lower() == ".gguf":
+        kind = sniff_file(path)
+        if kind is not None and kind.key != "gguf":
+            return [Problem(nid, ct, name, path.name, f"{path} is {kind.text}, not a GGUF model file",
+                            "download the file again (compare its size with the source)")]
+        return []
     if path.suffix.lower() != ".safetensors":
         return []
     try:
@@ -160,19 +168,19 @@ def safetensors_lint(locate: Callable[[str, str], Path | None]) -> Callable[[dic
 
 def folder_locator(models_dir: Path) -> Callable[[str, str], Path | None]:
     """locate() over a ComfyUI models/ folder; names never escape their folder."""
-    root = Path(models_dir).resolve()
+    root = Path(models_dir)
 
     def locate(folder: str, name: str) -> Path | None:
         if not name.isprintable():  # NUL or control characters: no file has that name (the validator says so)
             return None
         for sub in FOLDER_ALIASES.get(folder, (folder,)):
-            base = (root / sub).resolve()
             try:
+                base = (root / sub).resolve()
                 candidate = (base / name).resolve()
-                if base in candidate.parents and candidate.is_file():
+                if base in candidate.parents and regular_file_problem(candidate) is None:
                     return candidate
-            except (OSError, ValueError):  # a name too long for the file system is no file either
-                continue
+            except (OSError, RuntimeError, ValueError):  # a link loop (RuntimeError before Python 3.13, OSError
+                continue  # after), a name too long for the file system: no file either
         return None
 
     return locate

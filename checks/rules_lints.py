@@ -16,6 +16,8 @@ from . import facts
 from .graph import (
     UNKNOWN,
     class_of,
+    inputs_of,
+    is_link,
     model_upstream,
     nodes_of,
     resolved,
@@ -180,23 +182,28 @@ WHY_LITERAL = ("ComfyUI 0.33.0's MiniMax-H3 tokenizer reads embedding: markers a
 def _links_to(graph: dict, node_id: str, output: int) -> list[tuple[str, dict]]:
     """Nodes with an input wired to output `output` of `node_id`."""
     return [(str(cid), consumer) for cid, consumer in graph.items() if isinstance(consumer, dict)
-            and any(isinstance(v, list) and len(v) == 2 and str(v[0]) == node_id and v[1] == output
-                    for v in consumer.get("inputs", {}).values())]
+            and any(is_link(v) and str(v[0]) == node_id and v[1] == output for v in inputs_of(consumer).values())]
 
 
 def effect_prompt_wiring(graph: dict, node_id: str) -> list[Problem]:
     """F15 family: the prompt of H3KitEffectPrompt `node_id` must be encoded by the CLIP it hands out, or its markers
     meet a tokenizer H3Kit did not prepare (plain text on ComfyUI 0.33.0, and `strength` is not applied)."""
     node = graph.get(node_id)
-    if not isinstance(node, dict) or not _adds_markers(node):
+    if not isinstance(node, dict):
         return []
-    has_clip = isinstance(node.get("inputs", {}).get("clip"), list)
-    problems = []
+    has_clip = is_link(inputs_of(node).get("clip"))
+    users = _links_to(graph, node_id, EFFECT_PROMPT_CLIP_OUTPUT)
+    problems = [Problem(cid, consumer.get("class_type", "?"), "clip", [node_id, EFFECT_PROMPT_CLIP_OUTPUT],
+                        f"takes {EFFECT_PROMPT}'s clip output (node {node_id}), but that node has no text encoder on "
+                        "its 'clip' input, so the output is empty", f"connect the text encoder (CLIPLoader) to node "
+                        f"{node_id}'s 'clip' input") for cid, consumer in users if not has_clip]
+    if not _adds_markers(node):
+        return problems
     for cid, consumer in _links_to(graph, node_id, 0):
-        clip = consumer.get("inputs", {}).get("clip")
-        if not isinstance(clip, list):
-            continue  # not an encoder (PreviewAny, a string node)
-        ours = len(clip) == 2 and str(clip[0]) == node_id and clip[1] == EFFECT_PROMPT_CLIP_OUTPUT
+        clip = inputs_of(consumer).get("clip")
+        if not is_link(clip):
+            continue  # not an encoder (PreviewAny, a string node), or a malformed link the schema check reports
+        ours = str(clip[0]) == node_id and clip[1] == EFFECT_PROMPT_CLIP_OUTPUT
         if ours:
             continue
         ct = consumer.get("class_type", "?")
@@ -217,7 +224,7 @@ def effect_prompt_wiring(graph: dict, node_id: str) -> list[Problem]:
 
 def _adds_markers(node: dict) -> bool:
     """An effect chosen (or not a literal 'none'), or a marker in a literal prompt."""
-    inputs = node.get("inputs", {})
+    inputs = inputs_of(node)
     chosen = any(inputs.get(name, "none") != "none" for name in ("effect", "effect_2", "effect_3"))
     prompt = inputs.get("prompt")
     return chosen or not isinstance(prompt, str) or EMBEDDING_MARKER in prompt
@@ -227,9 +234,9 @@ def _typed_markers(graph: dict) -> list[Problem]:
     """Markers typed straight into an H3 encoding node whose clip H3Kit did not prepare."""
     problems = []
     for nid, node in nodes_of(graph, *H3_PROMPT_NODES):
-        inputs = node.get("inputs", {})
+        inputs = inputs_of(node)
         prompt, clip = inputs.get("prompt"), inputs.get("clip")
-        prepared = isinstance(clip, list) and class_of(graph, str(clip[0])) == EFFECT_PROMPT
+        prepared = is_link(clip) and class_of(graph, str(clip[0])) == EFFECT_PROMPT
         if isinstance(prompt, str) and re.search(r"(?:^|\s)embedding:\S", prompt) and not prepared:
             problems.append(Problem(
                 nid, node["class_type"], "prompt", prompt[:60],

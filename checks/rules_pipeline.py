@@ -42,11 +42,11 @@ def handoff_drafts(graph: dict) -> list[tuple[str, dict, str, dict]]:
     return pairs
 
 
-def _draft_side_problems(graph: dict, node_id: str, node: dict) -> list[Problem]:
+def _draft_side_problems(graph: dict, node_id: str, node: dict, pairs: list) -> list[Problem]:
     """H3 draft sides on the 32 grid (F19). The fix also fits the handoff this draft feeds: the draft must be
     exactly half its target, so a valid target decides the draft side; otherwise each choice names its target."""
     problems = []
-    targets = [(hid, h) for hid, h, sid, _ in handoff_drafts(graph) if sid == node_id]
+    targets = [(hid, h) for hid, h, sid, _ in pairs if sid == node_id]
     for draft_name, target_name in SIDES:
         value = int_input(graph, node, draft_name)
         if value is None or value % pm.H3_SIDE_MULTIPLE == 0:
@@ -67,12 +67,12 @@ def _draft_side_problems(graph: dict, node_id: str, node: dict) -> list[Problem]
     return problems
 
 
-def _target_side_problems(graph: dict, node_id: str, node: dict) -> list[Problem]:
+def _target_side_problems(graph: dict, node_id: str, node: dict, pairs: list) -> list[Problem]:
     """The handoff target: a multiple of 64 and, when an H3 draft feeds it, exactly twice the draft side (the
     draft is then not resampled and both latent grids line up). One problem per input, with the one fix that
     satisfies every rule; an off-grid draft is reported on the draft instead (its fix names this target)."""
     problems = []
-    drafts = [(sid, s) for hid, _, sid, s in handoff_drafts(graph) if hid == node_id]
+    drafts = [(sid, s) for hid, _, sid, s in pairs if hid == node_id]
     for draft_name, target_name in SIDES:
         target = int_input(graph, node, target_name)
         if target is None:
@@ -104,8 +104,9 @@ def lint_sizes_and_lengths(graph: dict, schemas: dict) -> list[Problem]:
     """H3 sides on 32 and length on 17k+5 (F19, F20); LTX sides on 32 and length on 8n+1; the handoff target
     on 64 and exactly twice the draft it is fed."""
     problems: list[Problem] = []
+    pairs = handoff_drafts(graph)  # once: per node it made a 10,000-node graph quadratic (53 s)
     for node_id, node in nodes_of(graph, *H3_LATENT_NODES):
-        problems += _draft_side_problems(graph, node_id, node)
+        problems += _draft_side_problems(graph, node_id, node, pairs)
         length = int_input(graph, node, "length")
         if length is not None and not pm.is_h3_length(length):
             below, above = pm.nearest_h3_lengths(length)
@@ -124,7 +125,7 @@ def lint_sizes_and_lengths(graph: dict, schemas: dict) -> list[Problem]:
                                     f"{length} frames is not on LTX's 8n+1 grid",
                                     f"use {pm.ltx_trim_length(length)} or {pm.ltx_pad_length(length)}"))
     for node_id, node in nodes_of(graph, HANDOFF):
-        problems += _target_side_problems(graph, node_id, node)
+        problems += _target_side_problems(graph, node_id, node, pairs)
     return problems
 
 
@@ -147,8 +148,8 @@ def lint_two_stage_grid(graph: dict, schemas: dict) -> list[Problem]:
 def lint_mux_fps(graph: dict, schemas: dict) -> list[Problem]:
     """The handoff cuts the audio at its fps; a CreateVideo at another fps drifts the audio out of sync."""
     problems: list[Problem] = []
-    handoff_fps = {resolve(graph, inputs_of(n).get("fps", UNKNOWN)) for _, n in nodes_of(graph, HANDOFF)}
-    handoff_fps = {f for f in handoff_fps if isinstance(f, (int, float)) and not isinstance(f, bool)}
+    handoff_fps = [resolve(graph, inputs_of(n).get("fps", UNKNOWN)) for _, n in nodes_of(graph, HANDOFF)]
+    handoff_fps = {f for f in handoff_fps if isinstance(f, (int, float)) and not isinstance(f, bool)}  # [] is no fps
     if len(handoff_fps) != 1:
         return problems
     fps = handoff_fps.pop()

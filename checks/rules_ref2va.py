@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from re import compile as regex
 
 from .graph import input_kind, is_link
 from .problem import Problem
@@ -88,7 +89,7 @@ def slot_prefix(group: str) -> str:
 def slot_numbers(node: dict, group: str) -> set[int]:
     """The slot numbers N of the `group.<prefix>N` keys wired to a link (the host's own numbering of the slots).
     Misspelled keys are not slots (lint_autogrow_api_form reports them)."""
-    pattern = re.compile(re.escape(f"{group}.{slot_prefix(group)}") + r"(\d+)")
+    pattern = regex(re.escape(f"{group}.{slot_prefix(group)}") + r"(\d+)")
     numbers = set()
     for name, value in node.get("inputs", {}).items():
         match = pattern.fullmatch(name)

@@ -13,12 +13,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from . import node_inputs
+
 PACK_ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS_DIR = PACK_ROOT / "workflows"
 API_WORKFLOWS_DIR = WORKFLOWS_DIR / "api"
 CORE_SCHEMA_FILE = WORKFLOWS_DIR / "schemas" / "comfyui-core.json"
 H3KIT_PACK = "H3Kit (this pack)"
 SPELLING_CUTOFF = 0.85  # difflib ratio for "did you mean": one or two letters off in a node id
+UNREADABLE = "h3kit_unreadable"  # marks a server's schema entry that is not in /object_info's shape: why
 
 # Nodes that published H3/LTX graphs use but neither core nor H3Kit provides: who provides them.
 KNOWN_THIRD_PARTY = {
@@ -98,6 +101,79 @@ def schema_version(class_type: str) -> str:
     """The ComfyUI version whose schema the pinned entry is (SaveVideo: the >= 0.34 layout; the rest: 0.33.0)."""
     info = core_document()["nodes"].get(class_type) or {}
     return str(info.get("version") or core_document().get("comfyui_version"))
+
+
+def server_schemas(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A server's /object_info with every entry in the shape the validator and the rules read (input sections
+    of [type, options] specs, options whose numbers are numbers, dynamic inputs nested at most
+    node_inputs.MAX_NESTING deep, Autogrow groups of at most node_inputs.MAX_SLOTS slots, a list of outputs).
+    An entry that is not becomes {UNREADABLE: why}: the validator reports that node type's inputs as unchecked
+    instead of building what a hostile or broken schema asks for."""
+    return {name: _readable_entry(entry) for name, entry in info.items()}
+
+
+def _readable_entry(entry: Any) -> dict[str, Any]:
+    why = _schema_problem(entry)
+    if why is None:
+        return entry
+    return {"input": {}, "output": [], UNREADABLE: why}
+
+
+def _schema_problem(entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return "the entry is not a JSON object"
+    outputs = entry.get("output", [])
+    if not isinstance(outputs, list) or not all(isinstance(o, (str, list)) for o in outputs):
+        return "'output' is not a list of types"
+    return _inputs_problem(entry.get("input", {}), "input", 0)
+
+
+def _inputs_problem(sections: Any, where: str, depth: int) -> str | None:
+    if depth > node_inputs.MAX_NESTING:
+        return f"{where}: dynamic inputs nested more than {node_inputs.MAX_NESTING} deep"
+    if not isinstance(sections, dict):
+        return f"{where} is not a JSON object"
+    for section in node_inputs.SECTIONS:
+        specs = sections.get(section, {})
+        if not isinstance(specs, dict):
+            return f"{where}.{section} is not a JSON object"
+        for name, spec in specs.items():
+            why = _spec_problem(spec, f"{where}.{section}.{name}", depth)
+            if why is not None:
+                return why
+    return None
+
+
+def _spec_problem(spec: Any, where: str, depth: int) -> str | None:
+    if not isinstance(spec, list) or not spec or not isinstance(spec[0], (str, list)):
+        return f"{where}: not a [type, options] list"
+    options = spec[1] if len(spec) > 1 else {}
+    if not isinstance(options, dict):
+        return None  # options that are not an object are ignored, as ComfyUI's frontend ignores them
+    for key in ("min", "max", "step"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{where}: '{key}' is not a number"
+    if options.get("step") is not None and not options["step"] > 0:
+        return f"{where}: 'step' is not positive"
+    if not isinstance(options.get("options", []), list):
+        return f"{where}: 'options' is not a list"
+    if spec[0] in ("AUTOGROW", node_inputs.AUTOGROW):
+        return _autogrow_problem(options, where, depth)
+    nested = [option.get("inputs") for option in options.get("options", []) if isinstance(option, dict)
+              and "inputs" in option] if spec[0] == node_inputs.DYNAMIC_COMBO else (
+        [options["inputs"]] if spec[0] == node_inputs.DYNAMIC_SLOT and "inputs" in options else [])
+    return next((why for inputs in nested if (why := _inputs_problem(inputs, where, depth + 1))), None)
+
+
+def _autogrow_problem(options: dict[str, Any], where: str, depth: int) -> str | None:
+    template = options.get("template")
+    group = template if isinstance(template, dict) else options
+    slots = len(group["names"]) if isinstance(group.get("names"), list) else group.get("max", 0)
+    if isinstance(slots, bool) or not isinstance(slots, (int, float)) or not 0 <= slots <= node_inputs.MAX_SLOTS:
+        return (f"{where}: an Autogrow group of {str(slots)[:40]} slots; ComfyUI allows at most "
+                f"{node_inputs.MAX_SLOTS}")
+    return _inputs_problem(group["input"], where, depth + 1) if isinstance(group.get("input"), dict) else None
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

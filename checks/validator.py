@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters import bounded_json
+from ..adapters.files import is_folder, open_regular, os_reason
 from . import node_inputs
 from .facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
 from .filetypes import sniff_file
@@ -23,7 +24,7 @@ from .model_files import folder_name, how_to_get
 from .problem import ERROR, WARNING, Problem, has_errors
 from .rules import RULES
 from .rules_files import MODEL_INPUT_FOLDERS
-from .schemas import core_document, providing_pack, schema_version, unknown_node_advice
+from .schemas import UNREADABLE, core_document, providing_pack, schema_version, unknown_node_advice
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 WORKFLOW_KINDS = {"json", "text", "unknown"}  # parsed; the JSON reader names what is wrong with them
@@ -134,8 +135,8 @@ def _check_link(graph: dict, schemas: dict, node_id: str, ct: str, name: str, sp
         return [Problem(node_id, ct, name, link, f"links to node {src_id}, which is not in the graph",
                         "connect it to an existing node or remove the link")]
     src_info = schemas.get(src.get("class_type")) if isinstance(src.get("class_type"), str) else None
-    if src_info is None:
-        return []  # the unknown source node is reported on its own
+    if src_info is None or src_info.get(UNREADABLE):
+        return []  # the unknown or unreadable source node is reported on its own
     outputs = src_info.get("output", [])
     if not 0 <= index < len(outputs):
         return [Problem(node_id, ct, name, link,
@@ -206,6 +207,12 @@ def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = p
         if info is None:
             message, fix = unknown_node_advice(ct, pack_of(ct), [*schemas, *known_ids])
             problems.append(Problem(str(node_id), ct, None, None, f"unknown node type on this host: {message}", fix))
+            continue
+        if info.get(UNREADABLE):
+            problems.append(Problem(str(node_id), ct, None, None, f"this host's schema of {ct} is not in ComfyUI's "
+                                    f"/object_info shape ({info[UNREADABLE]}), so its inputs were not checked",
+                                    "update or reinstall the node pack that provides it", severity="warning"))
+            has_output = True  # unknown: ComfyUI itself will say if the graph has no output
             continue
         has_output = has_output or bool(info.get("output_node"))
         problems += core_version_differences(graph, schemas, str(node_id), ct, node.get("inputs", {}),
@@ -327,7 +334,7 @@ def parse_graph_json(data: str | bytes, what: str) -> Any:
 def _read_capped(path: Path, limit: int) -> bytes:
     """At most `limit` bytes, read in pieces (read(limit) would allocate `limit` bytes up front)."""
     pieces, total = [], 0
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while total < limit:
             piece = handle.read(min(2**20, limit - total))
             if not piece:
@@ -340,14 +347,14 @@ def _read_capped(path: Path, limit: int) -> bytes:
 def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
     """(the parsed JSON, None) or (None, a Problem saying why the file cannot be read)."""
     fix = "pass a readable API-format JSON file (UTF-8, as ComfyUI's Export (API) writes it)"
-    if Path(path).is_dir():
+    if is_folder(path):
         return None, Problem("-", "-", None, None, f"{path} is a folder, not a workflow file",
                              "pass one API-format JSON file from it (`validate` also takes a folder)")
     try:
         kind = sniff_file(path)
         data = _read_capped(Path(path), MAX_WORKFLOW_BYTES + 1) if kind is None or kind.key in WORKFLOW_KINDS else b""
     except OSError as exc:
-        return None, Problem("-", "-", None, None, f"cannot read {path}: {exc.strerror or exc}", fix)
+        return None, Problem("-", "-", None, None, f"{path} {os_reason(exc)}", fix)
     if kind is not None and kind.key not in WORKFLOW_KINDS:
         return None, Problem("-", "-", None, None, f"{path} is {kind.text}, not a JSON workflow",
                              NOT_A_WORKFLOW_FIX.get(kind.key, fix))

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -17,6 +18,11 @@ from ..adapters.files import atomic_path
 
 AUDIO_LAYOUTS = {1: "mono", 2: "stereo"}
 TALLY_CHUNK_FRAMES = 4  # decoded frames classified at once (a 1344x768 float copy is 12 MB each)
+# What the verifier decodes at most (a downloaded file says nothing trustworthy about its own length):
+MAX_VERIFY_FRAMES = 20_000  # 13.9 min at 24 fps; the pipeline renders at most 362 (15 s)
+MAX_VERIFY_PIXELS = 3840 * 2160  # one frame (4K UHD); the pipeline renders 1344x768
+MAX_VERIFY_AUDIO_S = 3600.0  # seconds of audio
+MAX_VERIFY_S = 600.0  # seconds of decoding for one file
 
 
 def _to_uint8_frames(frames: torch.Tensor) -> np.ndarray:
@@ -76,12 +82,13 @@ class Mp4Info:
     sample_rate: int | None
     channels: int | None
     audio_samples: int | None
-    first_frame: np.ndarray  # uint8 [H, W, 3] of the decoded first frame
-    last_frame: np.ndarray  # uint8 [H, W, 3] of the decoded last frame
+    first_frame: np.ndarray | None  # uint8 [H, W, 3] of the decoded first frame (None: none decoded)
+    last_frame: np.ndarray | None  # uint8 [H, W, 3] of the decoded last frame
     audio_rms: float | None  # of every decoded sample, all channels, -1..1
     black_frames: int = 0
     solid_frames: int = 0  # includes the black ones
     still_frames: int = 0  # frames identical (within STILL_FRAME_DIFF) to the one before
+    stopped: str = ""  # why decoding stopped before the end (a verification limit), "" when it read everything
 
     @property
     def audio_dbfs(self) -> float | None:
@@ -98,38 +105,82 @@ class Mp4Info:
         return None if not self.sample_rate else self.audio_samples / self.sample_rate
 
 
-def read_mp4(path: Path) -> Mp4Info:
-    """Decode every frame and audio sample of an mp4 and describe what is really in it: streams, size, frame
-    count, black / solid / still frames (the thresholds of kernels/frames.py, the same the frame guard uses),
-    audio length and level. The one media verifier: `demo` and `run` both read files through it."""
+def read_mp4(path: Path, seconds: float | None = None) -> Mp4Info:
+    """Decode every frame and audio sample of a video file and describe what is really in it: streams, size,
+    frame count, black / solid / still frames (the thresholds of kernels/frames.py, the same the frame guard
+    uses), audio length and level. The one media verifier: `demo` and `run` both read files through it.
+
+    Streaming, in memory that does not grow with the file's length: frames are judged a few at a time, the
+    audio level is a running sum of squares. Bounded in work too: at most MAX_VERIFY_FRAMES frames of at most
+    MAX_VERIFY_PIXELS each, MAX_VERIFY_AUDIO_S of audio and MAX_VERIFY_S (or the caller's fewer `seconds`) of decoding; where a limit stops it,
+    `stopped` says which (the counts then cover what was decoded)."""
     import av
 
+    stop_at = time.monotonic() + min(MAX_VERIFY_S, MAX_VERIFY_S if seconds is None else seconds)
     with av.open(str(path)) as container:
         if not container.streams.video:
             raise ValueError(f"{Path(path).name} has no video stream")
         vstream = container.streams.video[0]
-        tally = FrameTally()
-        for frame in container.decode(vstream):
+        width, height = vstream.codec_context.width, vstream.codec_context.height
+        tally, stopped = FrameTally(), ""
+        if width * height > MAX_VERIFY_PIXELS:
+            stopped = f"frames of {width}x{height} are over the {MAX_VERIFY_PIXELS:,} pixels H3Kit decodes to verify"
+        for frame in () if stopped else container.decode(vstream):
             tally.add(frame.to_ndarray(format="rgb24"))
+            stopped = _limit(tally.count + len(tally.pending), MAX_VERIFY_FRAMES, "frames", stop_at)
+            if stopped:
+                break
         tally.flush()
-        video = (vstream.codec_context.name, vstream.codec_context.width, vstream.codec_context.height,
-                 tally.count, float(vstream.average_rate or 0))
+        video = (vstream.codec_context.name, width, height, tally.count, float(vstream.average_rate or 0))
         has_audio = bool(container.streams.audio)
     audio, rms = (None, None, None, None), None
     if has_audio:
         with av.open(str(path)) as container:
             astream = container.streams.audio[0]
-            chunks = [_normalised_pcm(frame) for frame in container.decode(astream)]
-            pcm = np.concatenate(chunks) if chunks else np.zeros(0)
+            level = AudioLevel()
+            rate = astream.codec_context.sample_rate or 0
+            for frame in container.decode(astream):
+                level.add(frame)
+                over = _limit(level.samples / max(rate, 1), MAX_VERIFY_AUDIO_S, "seconds of audio", stop_at)
+                if over:
+                    stopped = stopped or over
+                    break
             channels = astream.codec_context.channels or 1
-            audio = (astream.codec_context.name, astream.codec_context.sample_rate, channels, pcm.size // channels)
-            rms = float(np.sqrt(np.mean(pcm * pcm))) if pcm.size else 0.0
+            audio = (astream.codec_context.name, rate, channels, level.samples)
+            rms = level.rms()
     return Mp4Info(*video, *audio, first_frame=tally.first, last_frame=tally.last, audio_rms=rms,
-                   black_frames=tally.black, solid_frames=tally.solid, still_frames=tally.still)
+                   black_frames=tally.black, solid_frames=tally.solid, still_frames=tally.still, stopped=stopped)
+
+
+def _limit(done: float, most: float, what: str, stop_at: float) -> str:
+    """Why decoding must stop now ("" to go on): `most` of `what` decoded, or the time is up."""
+    if done >= most:
+        return f"verified the first {most:,.0f} {what} (the limit of what H3Kit decodes to verify)"
+    if time.monotonic() > stop_at:
+        return f"stopped after {done:,.0f} {what}: the time allowed for verifying ran out"
+    return ""
+
+
+class AudioLevel:
+    """Sample count and RMS of decoded audio frames, as running sums: memory does not grow with duration."""
+
+    def __init__(self) -> None:
+        self.values = 0  # samples x channels
+        self.samples = 0  # per channel
+        self.squares = 0.0
+
+    def add(self, frame) -> None:
+        pcm = _normalised_pcm(frame)
+        self.values += pcm.size
+        self.samples += frame.samples
+        self.squares += float(np.dot(pcm, pcm))
+
+    def rms(self) -> float:
+        return math.sqrt(self.squares / self.values) if self.values else 0.0
 
 
 def _normalised_pcm(frame) -> np.ndarray:
-    """Samples as float64 in -1..1 whatever the decoder's sample format."""
+    """One frame's samples as float64 in -1..1 whatever the decoder's sample format."""
     samples = frame.to_ndarray().reshape(-1).astype(np.float64)
     scale = {"s16": 32768.0, "s16p": 32768.0, "s32": 2147483648.0, "s32p": 2147483648.0}.get(frame.format.name)
     return samples / scale if scale else samples

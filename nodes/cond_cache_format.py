@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from ..adapters import bounded_json
-from ..adapters.files import atomic_path
+from ..adapters.files import atomic_path, name_problem, open_regular, os_reason
 from ..adapters.safetensors_file import (
     SafetensorsHeader,
     SafetensorsHeaderError,
@@ -43,16 +44,20 @@ from ..adapters.safetensors_file import (
 from ..adapters.safetensors_file import read_header as read_safetensors_header
 from ..checks.filetypes import HEAD_BYTES, FileKind
 from ..checks.invocation import command
+from ..checks.problem import printable
 
 FORMAT_NAME = "h3kit.conditioning"
 FORMAT_VERSION = 1
 FILE_SUFFIX = ".safetensors"
-MAX_FILE_NAME_BYTES = 255  # the common file-name limit (ext4, NTFS, APFS)
 MAX_CACHE_BYTES = 16 * 2**30  # documented limit (docs/security.md): checked before anything is allocated
 MAX_STRUCTURE_DEPTH = 64  # a CONDITIONING nests about 6 levels; the bound keeps decoding off the stack limit
+# Checked before anything is read or parsed: an encoded prompt's cache has a header of kilobytes (plus the prompt
+# text), a few tensors of rank <= 4 whose sides are token counts and widths.
+MAX_CACHE_HEADER_BYTES = 16 * 2**20
+MAX_CACHE_JSON_BYTES = 2**20  # each of the 'structure' and 'tensors' metadata entries
+MAX_TENSOR_RANK = 8
+MAX_TENSOR_DIM = 2**31 - 1  # one side; [0, 2**64-1] holds no data but no torch tensor can have that shape
 VERSION_TEXT = regex(r"[0-9]{1,9}")
-WINDOWS_FORBIDDEN_CHARS = set('<>:"|?*')
-WINDOWS_RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL"} | {f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)}
 
 
 def rebuild_fix() -> str:
@@ -118,22 +123,10 @@ def cache_file_name(name: str) -> str:
         raise _NameError("the name contains a path separator; caches live directly in the conditioning_cache folder", example)
     if stem.startswith("."):
         raise _NameError("the name starts with '.', which makes a hidden file or a relative path ('..')", example)
-    if stem != stem.strip() or stem.endswith("."):
-        raise _NameError("the name starts or ends with a space or ends with '.', which Windows strips", "remove them")
-    bad = sorted({ch for ch in stem if ch in WINDOWS_FORBIDDEN_CHARS or ord(ch) < 32 or ord(ch) == 127})
-    if bad:
-        raise _NameError(f"the name contains characters that are not allowed in file names: {bad!r}",
-                         "use letters, digits, '-', '_' and '.'")
-    if stem.split(".")[0].upper() in WINDOWS_RESERVED_NAMES:
-        raise _NameError(f"'{stem.split('.')[0]}' is a reserved device name on Windows", "choose another name")
     file_name = stem + suffix  # a listed 'X.SAFETENSORS' must resolve to itself on case-sensitive disks
-    try:
-        size = len(file_name.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise _NameError("the name is not valid Unicode text", example) from exc
-    if size > MAX_FILE_NAME_BYTES:
-        raise _NameError(f"the file name is {size} bytes long; at most {MAX_FILE_NAME_BYTES} are allowed",
-                         "use a shorter name")
+    problem = name_problem(stem) or name_problem(file_name)
+    if problem is not None:
+        raise _NameError(f"the name {problem}", "choose another name: letters, digits, '-', '_' and '.'")
     return file_name
 
 
@@ -239,6 +232,9 @@ class _StructureEncoder:
         if tensor.layout != torch.strided or tensor.is_meta:
             raise CacheError(f"the tensor at {where} is {'a meta' if tensor.is_meta else 'a sparse'} tensor",
                              "cache a dense tensor with real data")
+        if not storable_shape(tensor.shape):
+            raise CacheError(f"the tensor at {where} has shape {list(tensor.shape)}; a cache tensor has at most "
+                             f"{MAX_TENSOR_RANK} sides of at most {MAX_TENSOR_DIM:,} each", "cache a conditioning")
         if tensor.dtype not in STORABLE_DTYPES:
             raise CacheError(f"the tensor at {where} has dtype {tensor.dtype}, which safetensors cannot hold",
                              "convert it to a float or integer dtype before saving")
@@ -315,11 +311,20 @@ def build_metadata(structure: Any, records: dict, prompt_text: str, encoder: str
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise CacheError(f"{label} is not valid Unicode text", f"retype {label}", input_name=label) from exc
+    tables = {"structure": json.dumps(structure, allow_nan=False, separators=(",", ":")),
+              "tensors": json.dumps(records, separators=(",", ":"))}
+    for key, text in tables.items():  # what the loader would refuse is never written
+        if len(text.encode("utf-8")) > MAX_CACHE_JSON_BYTES:
+            raise CacheError(f"this conditioning's {key} table is {len(text.encode('utf-8')):,} bytes of JSON; a cache "
+                             f"holds at most {MAX_CACHE_JSON_BYTES:,}", "cache the plain text-encoder output")
+    header = len(json.dumps([prompt_text, encoder], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if header + sum(len(t) for t in tables.values()) + 256 * len(records) > MAX_CACHE_HEADER_BYTES:
+        raise CacheError(f"the prompt text is too long to keep with the cache (a cache header is at most "
+                         f"{MAX_CACHE_HEADER_BYTES // 2**20} MiB)", "shorten the prompt", input_name="prompt_text")
     return {
         "h3kit_format": FORMAT_NAME,
         "h3kit_format_version": str(FORMAT_VERSION),
-        "structure": json.dumps(structure, allow_nan=False, separators=(",", ":")),
-        "tensors": json.dumps(records, separators=(",", ":")),
+        **tables,
         "encoder": encoder,
         "prompt_text": prompt_text,
         "prompt_sha256": hashlib.sha256(prompt_text.encode("utf-8")).hexdigest() if prompt_text else "",
@@ -350,20 +355,33 @@ def save_conditioning(
         raise CacheError(f"{target} already exists and holds different conditioning",
                          "turn on overwrite (node input 'overwrite', CLI --overwrite) to replace it, or choose another name",
                          input_name="name")
-    try:
-        _write_atomically(target, encoder_state.tensors, metadata, save_file)
-    except OSError as exc:
-        raise CacheError(f"cannot write {target}: {exc.strerror or exc}",
-                         "check free disk space and that the folder is writable", input_name="name") from exc
+    _write_atomically(target, encoder_state.tensors, metadata, save_file)
     result.status = "replaced" if existed else "written"
     result.bytes = target.stat().st_size
     return result
 
 
 def _write_atomically(target: Path, tensors: dict, metadata: dict[str, str], save_file: Any) -> None:
-    """Through the one atomic writer (adapters/files.py): readers see the old file or the new one, never half."""
-    with atomic_path(target, overwrite=True) as tmp:
-        save_file(tensors, str(tmp), metadata=metadata)
+    """Through the one atomic writer (adapters/files.py): readers see the old file or the new one, never half.
+    A full disk (found before writing, or by the write itself) is one CacheError; an existing file stays intact."""
+    from safetensors import SafetensorError
+
+    keep = "; the existing file is unchanged" if target.exists() else ""
+    fix = "free disk space or save to another folder, then save again"
+    needed = sum(t.numel() * t.element_size() for t in tensors.values()) + len(json.dumps(metadata)) + 2**16
+    try:
+        free = shutil.disk_usage(target.parent).free if target.parent.is_dir() else None
+        if free is not None and free < needed:
+            raise CacheError(f"cannot write {target}: it needs {needed / 2**20:.1f} MiB but the disk has "
+                             f"{free / 2**20:.1f} MiB free{keep}", fix, input_name="name")
+        with atomic_path(target, overwrite=True) as tmp:
+            save_file(tensors, str(tmp), metadata=metadata)
+    except OSError as exc:
+        raise CacheError(f"cannot write {target}: it {os_reason(exc)}{keep}", fix, input_name="name") from exc
+    except SafetensorError as exc:  # the library's own I/O error (a full disk: 'No space left on device')
+        full = "No space left" in str(exc) or "StorageFull" in str(exc)
+        reason = "the disk is full" if full else f"the write failed ({printable(exc, 200)})"
+        raise CacheError(f"cannot write {target}: {reason}{keep}", fix, input_name="name") from exc
 
 
 def _same_content(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bool:
@@ -395,7 +413,7 @@ def read_header(path: Path) -> tuple[SafetensorsHeader, dict[str, str]]:
     """The safetensors header (checked by the safetensors library) and metadata of `path`, reading only the header."""
     path = Path(path)
     try:
-        header = read_safetensors_header(path)
+        header = read_safetensors_header(path, MAX_CACHE_HEADER_BYTES)
     except SafetensorsHeaderError as exc:
         if exc.kind is not None:
             raise not_a_cache(path, exc.kind) from exc
@@ -426,7 +444,7 @@ def read_cache(path: Path) -> LoadedCache:
     """
     path = Path(path)
     try:
-        with open(path, "rb", buffering=0) as fh:
+        with open_regular(path, "rb", buffering=0) as fh:
             header, metadata, structure, records = _checked_header(path, fh)
             buffer = _read_data(path, fh, header.data_bytes)
     except OSError as exc:
@@ -451,7 +469,7 @@ def _checked_header(path: Path, fh: Any) -> tuple[SafetensorsHeader, dict[str, s
     size = os.fstat(fh.fileno()).st_size
     head = _read_exact(fh, min(size, 8))
     try:
-        length = header_length(head, size)
+        length = header_length(head, size, MAX_CACHE_HEADER_BYTES)
         header = parse_header(_read_exact(fh, length), length, size)
     except SafetensorsHeaderError as exc:
         fh.seek(0)
@@ -472,6 +490,15 @@ def _check_size(path: Path, header: SafetensorsHeader) -> None:
         raise CacheError(f"{path} holds {header.data_bytes / 2**30:.1f} GiB of tensors; a conditioning cache is at most "
                          f"{MAX_CACHE_BYTES // 2**30} GiB (an encoded prompt is a few MiB)",
                          "check that this is a conditioning cache; " + rebuild_fix())
+    for entry in header.tensors.values():
+        if not storable_shape(entry.shape):
+            raise CacheError(f"{path} holds tensor {entry.name[:60]!r} of shape {str(list(entry.shape))[:80]}; a cache "
+                             f"tensor has at most {MAX_TENSOR_RANK} sides of at most {MAX_TENSOR_DIM:,} each",
+                             rebuild_fix())
+
+
+def storable_shape(shape: tuple[int, ...] | list[int]) -> bool:
+    return len(shape) <= MAX_TENSOR_RANK and all(side <= MAX_TENSOR_DIM for side in shape)
 
 
 def _read_exact(fh: Any, count: int) -> bytes:
@@ -533,7 +560,8 @@ def _json_field(path: Path, metadata: dict[str, str], key: str) -> Any:
     if key not in metadata:
         raise CacheError(f"{path} has no '{key}' metadata entry", rebuild_fix())
     try:
-        return bounded_json.loads(metadata[key], f"its '{key}' metadata entry", max_depth=MAX_STRUCTURE_DEPTH)
+        return bounded_json.loads(metadata[key], f"its '{key}' metadata entry", max_depth=MAX_STRUCTURE_DEPTH,
+                                  max_bytes=MAX_CACHE_JSON_BYTES)
     except bounded_json.JSONLimitError as exc:
         raise CacheError(f"{path} is corrupt: {exc}", rebuild_fix()) from exc
 

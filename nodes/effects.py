@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module
+from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module, running_host_node_ids
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
 from ..checks import facts, server
 from ..checks.rules_lints import effect_prompt_wiring
@@ -50,6 +50,8 @@ NONE = "none"
 EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
 MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
 MAX_WALK_DEPTH = 32
+MAX_EFFECT_ROWS = 1024  # rows (prompt tokens) of one effect; the ten published ones total 10.7 MB (field-notes §D)
+MAX_EFFECT_HEADER_BYTES = 2**20  # an effect file's safetensors header: one tensor and a little metadata
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
 SHOT_TAG = regex(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
@@ -222,7 +224,7 @@ def _pick_tensor(names: list[str]) -> str | None:
 
 def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
     try:
-        header = read_header(path)  # the safetensors library's rules: a truncated or overlapping file is refused
+        header = read_header(path, MAX_EFFECT_HEADER_BYTES)  # the library's rules: truncated or overlapping is refused
     except (OSError, SafetensorsHeaderError) as exc:
         raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
                               "download the effect file again") from exc
@@ -240,7 +242,12 @@ def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> E
 
 
 def _legacy_tensor(node: str, input_name: str, name: str, path: Path) -> torch.Tensor:
-    """The embedding inside a .pt/.bin file, loaded without pickle code (weights_only=True)."""
+    """The embedding inside a .pt/.bin file, loaded without pickle code (weights_only=True); a file larger than
+    MAX_EFFECT_ROWS float64 rows could ever be is refused before it is loaded."""
+    most = MAX_EFFECT_ROWS * H3_WIDTH * 8 + 2**20
+    if path.stat().st_size > most:
+        raise H3KitInputError(node, input_name, name, f"the file is {path.stat().st_size:,} bytes; an effect of "
+                              f"{MAX_EFFECT_ROWS:,} rows is at most {most:,}", "use an H3 effect file")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad or unsafe file
@@ -273,6 +280,9 @@ def _checked(node: str, input_name: str, name: str, path: Path, shape: list[int]
                               f"use an effect made for MiniMax-H3 ([N, {H3_WIDTH}]); this one belongs to another model")
     if rows < 1:
         raise H3KitInputError(node, input_name, name, "the tensor has 0 rows", "use a non-empty effect file")
+    if rows > MAX_EFFECT_ROWS:
+        raise H3KitInputError(node, input_name, name, f"the tensor has {rows:,} rows; an effect has at most "
+                              f"{MAX_EFFECT_ROWS:,} (each row is one prompt token)", "use an H3 effect file")
     return EffectInfo(name, path, rows, width, dtype, tensor)
 
 
@@ -408,7 +418,7 @@ def _selected_effects(effects: list[str]) -> list[str]:
 def _version_note(report: Report) -> None:
     """Effect rows go into the host's MiniMax-H3 conditioning: said when this ComfyUI serves no native H3 (read from
     its node registry, not its version number: 0.33.0 has it, the 0.12.1 fork has not)."""
-    ids = server.running_host_node_ids()
+    ids = running_host_node_ids()
     if ids is not None and not ids & server.native_h3_nodes():
         report.warn(f"ComfyUI {comfyui_version() or '(version unknown)'} serves no native MiniMax-H3 nodes (read from "
                     "its node list): the effect rows need its H3 text encoder and conditioning")
@@ -585,16 +595,13 @@ class H3KitEffectPrompt:
         if not in_text:
             report.set(markers_resolved_by="nothing to resolve")
             return
-        verdict = host_reads_markers_as_text(node, in_text[0])
+        verdict = host_reads_markers_as_text(node, in_text[0], report)
         if verdict is True:
             raise H3KitInputError(node, "clip", None, "this ComfyUI's MiniMax-H3 tokenizer reads embedding: markers as "
                                   "plain text (ComfyUI 0.33.0 does), so the effect would silently do nothing",
                                   FIX_EFFECT_CLIP)
         report.set(markers_resolved_by="the host's MiniMax-H3 tokenizer (checked: it parses markers)" if verdict is False
                    else "not checked")
-        if verdict is None:
-            report.fallback("no_encoder", "no clip connected and no MiniMax-H3 tokenizer in this process: cannot check "
-                            "that the markers are parsed; connect 'clip' and use the 'clip' output to be sure")
 
 
 FIX_EFFECT_CLIP = ("connect the text encoder (CLIPLoader) to this node's 'clip' input and its 'clip' output to "
@@ -622,15 +629,26 @@ def _host_h3_tokenizer(folders: tuple[str, ...]) -> Any:
     return host_module(H3_TOKENIZER_MODULE).MiniMaxH3Tokenizer(embedding_directory=list(folders))
 
 
-def host_reads_markers_as_text(node: str, marker: str | None) -> bool | None:
-    """Without a clip: does this ComfyUI's own MiniMax-H3 tokenizer turn a loadable marker into text (True), into
-    rows (False), or is there no such tokenizer / no marker to try (None)?"""
-    if marker is None or not host_loaded(H3_TOKENIZER_MODULE):
+def host_reads_markers_as_text(node: str, marker: str, report: Report) -> bool | None:
+    """Without a clip: does this ComfyUI's own MiniMax-H3 tokenizer turn a loadable marker into text (True) or into
+    rows (False)? None, with the reason as a fallback, when there is no such tokenizer or it cannot be asked."""
+    if not host_loaded(H3_TOKENIZER_MODULE):
+        report.fallback("no_encoder", "no clip connected and no MiniMax-H3 tokenizer in this process: cannot check "
+                        "that the markers are parsed; connect 'clip' and use the 'clip' output to be sure")
         return None
-    tokenizer = _host_h3_tokenizer(tuple(str(d) for d in embedding_dirs()))
-    if not effect_tokens.host_marker_rows(node, tokenizer, marker):
+    try:
+        tokenizer = _host_h3_tokenizer(tuple(str(d) for d in embedding_dirs()))
+        if not effect_tokens.host_marker_rows(node, tokenizer, marker):
+            report.fallback("no_host_rows", f"this ComfyUI's MiniMax-H3 tokenizer finds no {marker}, so whether it "
+                            "parses markers was not checked; connect 'clip' and use the 'clip' output to be sure")
+            return None
+        return not effect_tokens.outer_parses_markers(node, tokenizer, marker)
+    except H3KitInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the host's tokenizer files or library may be missing or broken
+        report.fallback("host_tokenizer", f"could not ask this ComfyUI's MiniMax-H3 tokenizer ({type(exc).__name__}: "
+                        f"{str(exc)[:160]}); connect 'clip' and use the 'clip' output to be sure")
         return None
-    return not effect_tokens.outer_parses_markers(node, tokenizer, marker)
 
 
 # ============================================================================== H3KitEffectSplice

@@ -21,6 +21,8 @@ from typing import Any
 
 from ..adapters import comfy_jobs as jobs
 from ..adapters.comfy_client import ComfyClient, ComfyError, Deadline
+from ..adapters.files import regular_file_problem
+from ..adapters.server_probe import read_schemas
 from ..checks.environment import find_comfyui
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
 from ..checks.filetypes import sniff_file
@@ -30,6 +32,7 @@ from . import console
 
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
 SAVE_NODE = "H3KitSaveConditioning"
+BUILD_TIMEOUT_S = 1800.0  # cond build: the whole encode job (--timeout); a first load of a 27B encoder is slow
 CACHE_SUBFOLDER = ("models", "conditioning_cache")
 EXIT_STATUSES = {
     EXIT_OK: "ok",
@@ -60,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--name", required=True, help="cache name, e.g. ltx_generic_refine")
     build.add_argument("--device", choices=("default", "cpu"), default="default", help="CLIPLoader device")
     build.add_argument("--overwrite", action="store_true", help="replace an existing cache with different content")
-    build.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the encode (default %(default)s)")
+    build.add_argument("--timeout", type=float, default=BUILD_TIMEOUT_S, help="seconds to wait for the encode (default %(default)s)")
     build.add_argument("--quiet", action="store_true", help="no progress bar (it is off anyway when not a TTY)")
 
     info = sub.add_parser("info", help="print a cache's metadata and verify its data")
@@ -119,9 +122,10 @@ def run_info(args: argparse.Namespace) -> int:
     from ..nodes.cond_cache_format import provenance, read_cache
 
     path = Path(args.file)
-    if not path.is_file():
-        if path.exists():
-            raise CommandError(f"{path} is not a regular file (a folder or a device); pass a cache file or a cache name")
+    problem = regular_file_problem(path)
+    if problem is not None and os.path.lexists(path):  # a FIFO, a device, a folder, a link loop: said as such
+        raise CommandError(f"{path} {problem}; pass a cache file or a cache name")
+    if problem is not None:
         path = _named_file(cache_dir(args.dir), args.file)
     info = provenance(read_cache(path))
     if args.json:
@@ -228,8 +232,9 @@ def run_import(args: argparse.Namespace) -> int:
 
 def _check_torch_file(source: Path) -> None:
     """cond import reads torch.save files only: anything else is named as what it is."""
-    if not source.is_file():
-        raise CommandError(f"{source} does not exist or is not a regular file")
+    problem = regular_file_problem(source)  # missing, a folder, a FIFO or a device (which would block)
+    if problem is not None:
+        raise CommandError(f"{source} {problem}")
     kind = sniff_file(source)
     if kind is None:
         raise CommandError(f"{source} cannot be read")
@@ -292,6 +297,9 @@ def run_build(args: argparse.Namespace) -> int:
 
 def _prompt_file(path: Path) -> str:
     """--text-file: UTF-8 text, read exactly; anything else is refused naming what it is."""
+    problem = regular_file_problem(path)  # a FIFO or a device would block or never end
+    if problem is not None:
+        raise CommandError(f"--text-file {path} {problem}")
     kind = sniff_file(path)
     if kind is None:
         raise CommandError(f"--text-file {path} cannot be read (missing, a folder, or no permission)")
@@ -337,7 +345,7 @@ def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:
     if cached:
         _say("", "ComfyUI reused its cached result: the cache file is already up to date")
     for line in lines:
-        _say("", line)
+        _say("", printable(line, 2000))
     if not lines and not cached:
         _error(f"the prompt finished but {SAVE_NODE} reported nothing; check the ComfyUI console")
         return EXIT_FAILED
@@ -345,12 +353,10 @@ def _build_result(outcome: jobs.Outcome, prompt_id: str, timeout: float) -> int:
 
 
 def _preflight(client: ComfyClient, clip: str, clip_type: str) -> None:
-    save_info = client.get_json(f"/object_info/{SAVE_NODE}")
-    if not isinstance(save_info, dict) or SAVE_NODE not in save_info:
+    if SAVE_NODE not in read_schemas(client, f"/object_info/{SAVE_NODE}"):
         raise jobs.Rejected(f"the ComfyUI at {client.server} has no {SAVE_NODE}: install H3Kit into its custom_nodes "
                             "and restart it")
-    info = client.get_json("/object_info/CLIPLoader")
-    loader = info.get("CLIPLoader", {}).get("input", {}).get("required", {}) if isinstance(info, dict) else {}
+    loader = read_schemas(client, "/object_info/CLIPLoader").get("CLIPLoader", {}).get("input", {}).get("required", {})
     files = (loader.get("clip_name") or [[]])[0]
     types = (loader.get("type") or [[]])[0]
     if isinstance(files, list) and clip not in files:

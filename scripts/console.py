@@ -6,7 +6,8 @@
           fixes), progress bars and log lines
 
 Each line is flushed as it is written, so a terminal (or `2>&1`) shows both streams in order. Text that came
-from files or servers is made printable first (no terminal escapes).
+from files or servers was made printable (one line, no terminal escapes) where it entered the message; here each
+of H3Kit's own lines is made printable again, so nothing can redraw the terminal.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from ..checks.problem import PASS, Check, printable
+from ..checks.problem import PASS, Check, printable_lines
 
 _LOCK = threading.Lock()  # run's fan-out prints from one thread per server
 
@@ -36,4 +37,4 @@ def check(line: Check, label: str = "") -> None:
 
 def _write(stream, text: str) -> None:
     with _LOCK:
-        print(printable(text), file=stream, flush=True)
+        print(printable_lines(text), file=stream, flush=True)

@@ -18,13 +18,14 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..adapters.comfy_client import BadServerURL, ComfyClient
+from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline
+from ..adapters.files import is_folder
+from ..adapters.server_probe import server_checks
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph import well_formed
 from ..checks.problem import FAIL, PASS, WARN, Check, printable
 from ..checks.rules_files import folder_locator, model_input_keys
-from ..checks.server import server_checks
 from ..checks.validator import looks_like_ui_format
 from ..checks.workflow import default_models_dir, load_graph, missing_file_checks, workflow_checks
 from . import console
@@ -33,8 +34,9 @@ from . import schemas as schema_src
 EXIT_STATUSES = {
     EXIT_OK: "no FAIL (WARN lines may be printed)",
     EXIT_FAILED: "a FAIL of this machine or the server (packages, GPU, versions, a missing node or model file)",
-    EXIT_INVALID: "the workflow has errors or is not a readable JSON workflow, a --models-dir that is not a "
-                  "folder, or bad arguments",
+    EXIT_INVALID: "the workflow has errors (a model file it names that is broken or not what its name says "
+                  "included, F13/F14) or is not a readable JSON workflow, a --models-dir that is not a folder, or "
+                  "bad arguments",
     EXIT_TIMEOUT: "--server did not answer in time",
     EXIT_UNREACHABLE: "--server is unreachable",
 }
@@ -48,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: models/ of the ComfyUI this clone sits in, $COMFYUI_DIR or the current folder)")
     parser.add_argument("--json", action="store_true", help="print the checks as one JSON document on stdout")
     parser.add_argument("--no-local", action="store_true", help="skip the checks of this machine's packages and GPU")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=SERVER_CHECK_TIMEOUT_S,
+                        help="seconds for the whole exchange with the server (default %(default)s)")
 
 
 def optional_node_checks() -> list[Check]:
@@ -62,6 +65,8 @@ def optional_node_checks() -> list[Check]:
 def model_checks(graph: dict, schemas: dict, models_dir: Path | None, explicit: bool) -> tuple[list[Check], int]:
     """Offline: every model file the workflow names must be in the models folder (FAIL, exit 1; WARN where the
     graph runs without it). Without a folder nothing can be checked: a WARN that says how to give one."""
+    if not model_input_keys(graph, schemas):
+        return [Check(PASS, "model files", "the workflow names no model file")], EXIT_OK
     if models_dir is None:
         return [Check(WARN, "model files", "not checked: no models folder given and no ComfyUI folder found here",
                       "pass --models-dir ComfyUI/models, or run doctor from the ComfyUI folder")], EXIT_OK
@@ -76,7 +81,7 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     """(checks, exit code)."""
     checks: list[Check] = [] if args.no_local else local_checks() + optional_node_checks()
     codes = [EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK]
-    if args.models_dir is not None and not args.models_dir.is_dir():
+    if args.models_dir is not None and not is_folder(args.models_dir):
         checks.append(Check(FAIL, "models dir", f"--models-dir {args.models_dir} is not a folder, so no model file "
                             "could be checked", "pass ComfyUI's models folder, e.g. --models-dir ComfyUI/models"))
         return checks, worst_exit([*codes, EXIT_INVALID])
@@ -88,7 +93,7 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     object_info = None
     if args.server:
         try:
-            with ComfyClient(args.server, read_timeout=args.timeout) as client:
+            with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
                 server_part, object_info, code = server_checks(client, graph, schema_src.disabled_nodes(),
                                                                schema_src.providing_pack)
         except BadServerURL as exc:

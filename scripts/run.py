@@ -15,7 +15,6 @@ import argparse
 import json
 import random
 import threading
-import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,19 +22,24 @@ from pathlib import Path
 from ..adapters import comfy_jobs as jobs
 from ..adapters.comfy_client import (
     MAX_DOWNLOAD_BYTES,
+    MAX_TRANSFER_S,
     BadServerURL,
     ComfyClient,
     ComfyError,
     Deadline,
     TimedOut,
+    TooLarge,
     normalise_server,
 )
+from ..adapters.crash_log import unexpected_error
+from ..adapters.server_probe import read_schemas, server_version_check
 from ..checks.expect import expected_video
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph_edit import (
     GraphEditError,
     apply_seed,
     apply_sets,
+    check_upload_kind,
     job_seeds,
     no_seed_advice,
     parse_upload,
@@ -46,8 +50,8 @@ from ..checks.host_layout import adapt_graph
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
-from ..checks.server import server_version_check
 from ..checks.validator import load_graph_file, validate_with_rules
+from ..nodes.conditioning_cache import pack_version
 from . import console
 from . import schemas as schema_src
 
@@ -143,8 +147,9 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
     timing = jobs.timing_of(outcome.entry, outcome.events)
     if outcome.state != "success":
         err = timing.error or {}
-        warn(label, f"FAIL  execution {outcome.state}: node {err.get('node_id')} ({err.get('node_type')}): "
-             f"{err.get('exception_type', '')}: {str(err.get('exception_message', '')).strip()}")
+        warn(label, f"FAIL  execution {outcome.state}: " + printable(
+            f"node {err.get('node_id')} ({err.get('node_type')}): {err.get('exception_type', '')}: "
+            f"{str(err.get('exception_message', '')).strip()}", 2000))
         return EXIT_FAILED
     outputs = outcome.entry.get("outputs") if isinstance(outcome.entry, dict) else None
     checks = (cache_checks(job.graph, timing) + report_checks(outputs if isinstance(outputs, dict) else {})
@@ -157,7 +162,8 @@ def report_outcome(client: ComfyClient, job: Job, outcome: jobs.Outcome, prompt_
 
 
 def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str, args: argparse.Namespace) -> list[Check]:
-    """Download every listed output into --out/<prompt id>/ and verify the videos."""
+    """Download every listed output into --out/<prompt id>/ and verify the videos: at most MAX_JOB_FILES files and
+    --max-job-download bytes in all, within --timeout (else MAX_TRANSFER_S for the downloads)."""
     files, refused = jobs.output_files(entry)
     checks = [Check(FAIL, "download", f"the server listed an output we cannot fetch safely: {item}",
                     "check the server's output folder by hand") for item in refused]
@@ -169,14 +175,33 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
     if not files and not refused and not any(c.status == FAIL for c in checks):
         checks.append(Check(WARN, "download", "the job finished but listed no output files",
                             "add a SaveVideo/SaveImage node to get a file back"))
+    if len(files) > jobs.MAX_JOB_FILES:
+        checks.append(Check(FAIL, "download", f"the server listed {len(files):,} output files; {jobs.MAX_JOB_FILES:,} "
+                            "are fetched per job", "fetch the rest from the server's output folder"))
     folder = Path(args.out) / prompt_id  # prompt_id passed safe_id: a plain name, never a path
-    for item in files:
+    transfer, budget = Deadline(MAX_TRANSFER_S), args.max_job_download
+    for done, item in enumerate(files[:jobs.MAX_JOB_FILES]):
+        if budget <= 0 or transfer.expired():
+            why = (f"the job's files reached the total download limit of {args.max_job_download:,} bytes "
+                   "(--max-job-download)" if budget <= 0 else f"the downloads took the {MAX_TRANSFER_S:.0f} s allowed")
+            checks.append(Check(FAIL, DOWNLOAD_TIMEOUT if budget > 0 else "download",
+                                f"{len(files[:jobs.MAX_JOB_FILES]) - done} file(s) not fetched: {why}",
+                                "fetch them from the server's output folder, or raise the limit"))
+            break
+        cap = min(args.max_download, budget)
         try:
-            path = jobs.fetch_output(client, item, folder, args.max_download)
+            path = jobs.fetch_output(client, item, folder, cap, transfer.remaining())
         except TimedOut as exc:
             checks.append(Check(FAIL, DOWNLOAD_TIMEOUT, f"{printable(item.filename, 100)}: {exc}",
                                 "raise --timeout, or fetch the file from the server's output folder"))
             break  # the time is spent: the other files would time out too
+        except TooLarge as exc:
+            whose = "" if cap == args.max_download else (
+                f" (what is left of the job's total download limit of {args.max_job_download:,} bytes)")
+            checks.append(Check(FAIL, "download", f"{printable(item.filename, 100)}: {exc}{whose}",
+                                "fetch it from the server's output folder, or raise --max-download / --max-job-download"))
+            budget = 0 if whose else budget
+            continue
         except ComfyError as exc:
             checks.append(Check(FAIL, "download", f"{printable(item.filename, 100)}: {exc}",
                                 "fetch it from the server's output folder"))
@@ -185,9 +210,11 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
             checks.append(Check(FAIL, "download", f"{printable(item.filename, 100)}: cannot write: {exc}",
                                 "check --out: free space and permissions"))
             continue
+        budget -= path.stat().st_size
         checks.append(Check(PASS, "download", f"node {item.node_id} -> {path}"))
         if path.suffix.lower() in VIDEO_SUFFIXES:
-            checks += verify_video(path, expected_video(job.graph, item.node_id))
+            left = client.deadline.remaining()
+            checks += verify_video(path, expected_video(job.graph, item.node_id), None if left is None else max(left, 1))
     return checks
 
 
@@ -211,6 +238,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="number of jobs (default: one per --server); jobs go round-robin over the servers")
     parser.add_argument("--max-download", type=int, default=MAX_DOWNLOAD_BYTES, metavar="BYTES",
                         help="refuse an output file larger than this (default %(default)s)")
+    parser.add_argument("--max-job-download", type=int, default=jobs.MAX_JOB_DOWNLOAD_BYTES, metavar="BYTES",
+                        help="fetch at most this many bytes of output files per job (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when not a TTY)")
 
 
@@ -231,10 +260,10 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
     for server in servers:
         copy = json.loads(json.dumps(graph))
         with ComfyClient(server, deadline=Deadline(timeout)) as client:
-            info = client.object_info()
+            info = read_schemas(client)
             if uploads:
                 apply_uploads(client, copy, uploads, info)
-                info = client.object_info()
+                info = read_schemas(client)
             console.check(server_version_check(client, copy, info), f"{server}: ")
         adaptation = adapt_graph(copy, info)  # this host's input layout (SaveVideo's three), shown change by change
         for change in adaptation.changes:
@@ -254,7 +283,9 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
         nid, path = parse_upload(item, graph)
         if not Path(path).is_file():
             raise GraphEditError(f"--upload '{item}': {path} is not a file")
-        name = upload_input_name(object_info, str(graph[nid].get("class_type", "")))
+        class_type = str(graph[nid].get("class_type", ""))
+        check_upload_kind(item, class_type, path)
+        name = upload_input_name(object_info, class_type)
         if name is None:
             raise GraphEditError(f"--upload '{item}': node {nid} ({graph[nid].get('class_type')}) has no file input")
         saved = client.upload(Path(path))
@@ -264,7 +295,7 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
         sub = saved.get("subfolder")
         value = f"{sub}/{value}" if isinstance(sub, str) and sub else value
         graph[nid].setdefault("inputs", {})[name] = value
-        say("", f"uploaded {path} -> input/{value} (node {nid}.{name})")
+        say("", f"uploaded {path} -> input/{printable(value, 200)} (node {nid}.{name})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -303,8 +334,8 @@ def run_one_guarded(job: Job, args: argparse.Namespace) -> int:
         warn(job.label, f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {exc}")
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug or an answer we did not foresee: the job failed, loudly
-        warn(job.label, f"FAIL  the job crashed: {type(exc).__name__}: {printable(exc, 300)}\n"
-            + printable("".join(traceback.format_exception(exc)), 4000))
+        line, _ = unexpected_error("the job", exc, pack_version())
+        warn(job.label, f"FAIL  the job crashed: {line}")
         return EXIT_FAILED
 
 

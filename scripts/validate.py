@@ -12,10 +12,11 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ..adapters.comfy_client import ComfyClient, ComfyError
+from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, ComfyClient, ComfyError, Deadline
+from ..adapters.files import is_folder
+from ..adapters.server_probe import read_schemas, server_version_check
 from ..checks.facts import EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.problem import ERROR, Check
-from ..checks.server import server_version_check
 from ..checks.validator import load_graph_file, looks_like_ui_format, validate_with_rules
 from . import console
 from . import schemas as schema_src
@@ -32,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", type=Path,
                         help="API-format workflow JSON files, or folders (every *.json directly in them)")
     parser.add_argument("--server", help="validate against this live ComfyUI's /object_info (e.g. http://127.0.0.1:8188)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=SERVER_CHECK_TIMEOUT_S,
+                        help="seconds for the whole exchange with the server (default %(default)s)")
 
 
 def workflow_paths(arguments: list[Path]) -> tuple[list[Path], bool]:
@@ -40,7 +42,7 @@ def workflow_paths(arguments: list[Path]) -> tuple[list[Path], bool]:
     (paths, True when a folder held none: said on its own line, and the run fails)."""
     paths, empty = [], False
     for argument in arguments:
-        if not argument.is_dir():
+        if not is_folder(argument):
             paths.append(argument)
             continue
         found = sorted(p for p in argument.glob("*.json") if p.is_file())
@@ -58,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
         return worst_exit([EXIT_INVALID if failed else EXIT_OK,
                            *(report(path, schema_src.offline_schemas(), None) for path in paths)])
     try:
-        with ComfyClient(args.server, read_timeout=args.timeout) as client:
-            schemas = client.object_info()
+        with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
+            schemas = read_schemas(client)
             return worst_exit([EXIT_INVALID if failed else EXIT_OK,
                                *(report(path, schemas, lambda graph: server_version_check(client, graph, schemas))
                                  for path in paths)])

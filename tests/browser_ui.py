@@ -285,7 +285,7 @@ class Editor:
                 f"frontend {'.'.join(map(str, self.version))} at {self.url} threw while registering this server's "
                 f"node definitions ({thrown[0]}); not registered: {', '.join(sorted(unregistered)[:8])}; served "
                 f"definitions without a python_module string: {', '.join(no_module) or 'none'}. Graphs and templates "
-                "do not load reliably in this editor (README, Troubleshooting)")
+                "do not load reliably in this editor (docs/failures.md, 'The graph editor')")
         self.page.keyboard.press("Escape")  # a first-run template dialog, if any
 
     def _blocked_reason(self) -> str:
@@ -295,7 +295,7 @@ class Editor:
         version = self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__ ?? 'unknown'")
         return (f"frontend {version} at {self.url} never finished loading: the page could not fetch {url} ({failure}) "
                 f"and the host's extension {', '.join(waiting) or '(none names it)'} waits for it; a browser without "
-                f"access to {urlsplit(url).hostname} hangs the same way (README, Troubleshooting). To test this host "
+                f"access to {urlsplit(url).hostname} hangs the same way (docs/failures.md, 'The graph editor'). To test this host "
                 f"offline, set {CDN_MIRROR_ENV} to a folder holding {urlsplit(url).hostname}{urlsplit(url).path}")
 
     @property

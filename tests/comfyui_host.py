@@ -20,6 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from re import compile as regex
 from subprocess import Popen
 
 import pytest
@@ -89,7 +90,7 @@ class HostSpec:
         ]
 
 
-_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+_VERSION_LINE = regex(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
 def checkout_version(comfyui_dir: Path) -> str | None:

@@ -22,6 +22,12 @@ def comfyui_server(request):
         server.cleanup()
 
 
+@pytest.fixture(autouse=True)
+def crash_logs_in_a_temp_folder(monkeypatch, tmp_path_factory):
+    """Crash logs (adapters/crash_log.py) of tests go to a temp folder, never the user's own log folder."""
+    monkeypatch.setenv("H3KIT_LOG_DIR", str(tmp_path_factory.mktemp("crash-logs")))
+
+
 def pytest_report_header(config):
     if not _HOSTS:
         return f"h3kit tier (b): skipped - {_NO_HOST_REASON}"

@@ -67,7 +67,8 @@ def as_body(answer: Any) -> Body:
 
 class FakeComfy:
     """Routes answer from attributes a test sets: prompt, history, queue, view, object_info (JSON-able values,
-    raw bytes or Body), ws_frames (raw bytes sent after the handshake; None = no websocket route)."""
+    raw bytes or Body), ws_frames (raw bytes sent after the handshake; None = no websocket route), and `routes`
+    ({path: answer}, asked first: /system_stats by default)."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -85,6 +86,8 @@ class FakeComfy:
                 if self.path.startswith("/ws"):
                     return fake.websocket(self)
                 route = self.path.split("?")[0]
+                if route in fake.routes:
+                    return fake.send(self, fake.routes[route])
                 if route == "/object_info":
                     return fake.send(self, fake.object_info)
                 if route == "/queue":
@@ -113,6 +116,7 @@ class FakeComfy:
         self.view: Any = Body(200, b"\x89PNG fake image")
         self.object_info: Any = OBJECT_INFO
         self.ws_frames: bytes | None = None
+        self.routes: dict[str, Any] = {"/system_stats": {"system": {"comfyui_version": "0.34.0"}, "devices": []}}
         self.calls.clear()
 
     def send(self, handler: BaseHTTPRequestHandler, answer: Any) -> None:

@@ -32,6 +32,7 @@ import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from re import compile as regex
 
 import torch
 
@@ -41,7 +42,7 @@ PAD = 151643
 VISION_START, VISION_END = 151652, 151653
 EXTENSIONS = (".safetensors", ".pt", ".bin")
 HASH_VOCAB = 1024
-WORD_PIECES = re.compile(r" ?\w+| ?[^\w\s]+|\s+")
+WORD_PIECES = regex(r" ?\w+| ?[^\w\s]+|\s+")
 
 
 def hash_ids(text: str) -> list[int]:

@@ -19,12 +19,12 @@ bitwise, what ran, and the report.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import os
 import sys
 import traceback
+from importlib import import_module
 
 sys.path.insert(0, os.getcwd())
 from comfy.cli_args import args  # noqa: E402
@@ -46,7 +46,7 @@ from lowvram_host_probe import load_pack  # noqa: E402
 
 def _optional(name: str):
     try:
-        return importlib.import_module(name)
+        return import_module(name)
     except ImportError:
         return None
 

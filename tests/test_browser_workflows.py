@@ -379,6 +379,62 @@ def test_check_command_lists_the_problems_without_queueing(editor):
     assert editor.posts("/api/prompt", started) == []
 
 
+def _refuse_checks(editor, how: str) -> None:
+    """The preflight route answers an error the way a refusing or broken server would (issue 26)."""
+    def answer(route):
+        if route.request.method != "POST":
+            return route.continue_()
+        if how == "abort":
+            return route.abort("connectionreset")
+        if how == "html":
+            return route.fulfill(status=502, content_type="text/html", body="<html><body>Bad Gateway</body></html>")
+        return route.fulfill(status=413, content_type="application/json",
+                             body=json.dumps({"error": "the body is over 33,554,432 bytes", "fix": "check a smaller graph"}))
+
+    editor.page.route("**/h3kit/preflight", answer)
+
+
+@pytest.mark.parametrize("how, words", [("refuse", "the body is over 33,554,432 bytes"), ("abort", "could not check"),
+                                        ("html", "HTTP 502")])
+def test_a_graph_that_could_not_be_checked_is_never_queued_silently(editor, server, how, words):
+    """Issue 26: the editor showed "could not check this graph" and queued anyway. It now says why in its dialog
+    and queues only on "Run unchecked"."""
+    _load_repaint_cliff(editor)
+    _refuse_checks(editor, how)
+    try:
+        pressed = editor.queue()
+        dialog = editor.preflight_dialog()
+        dialog.wait_for(timeout=30_000)
+        text = dialog.inner_text()
+        assert "could not check this graph" in text and words in text, text
+        dialog.get_by_role("button", name="Cancel").click()
+        editor.page.wait_for_timeout(1000)
+        assert editor.posts("/api/prompt", pressed) == [], "queued although the graph was not checked"
+        pressed = editor.queue()
+        editor.preflight_dialog().get_by_role("button", name="Run unchecked").click(timeout=30_000)
+        editor.page.wait_for_timeout(1500)
+        assert len(editor.posts("/api/prompt", pressed)) == 1
+    finally:
+        editor.page.unroute("**/h3kit/preflight")
+        editor.js("__h3.closeAll(); true")
+
+
+def test_a_graph_with_a_5_mb_prompt_is_checked_by_the_real_route(editor):
+    """Issue 26: a graph of 1-5 MB (a long prompt) got 400 'body is not JSON' (only the first network chunk was
+    read). The editor's own request to the host's route, with a 5 MB prompt."""
+    answer = editor.js("""async () => {
+        const { api } = await import('/scripts/api.js');
+        const prompt = { "1": { class_type: "H3KitTestPattern", inputs: { width: 320, height: 192, frames: 56,
+                                  fps: 24.0, sample_rate: 44100 } },
+                         "2": { class_type: "PrimitiveStringMultiline", inputs: { value: "A long prompt. ".repeat(350000) } },
+                         "3": { class_type: "PreviewAny", inputs: { source: ["2", 0] } } };
+        const response = await api.fetchApi('/h3kit/preflight', { method: 'POST',
+            headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ prompt }) });
+        return { status: response.status, body: await response.json() };
+    }""")
+    assert answer["status"] == 200 and isinstance(answer["body"]["checks"], list), answer["body"].get("error")
+
+
 def _healthy_graph(copies: int = 5) -> dict:
     """`copies` renumbered copies of the demo (7 nodes each) plus one more report per copy: 40 nodes."""
     demo = _api_graph(RUNNABLE_WORKFLOW)
@@ -456,6 +512,63 @@ def test_editor_works_when_the_extension_cannot_load(chromium, server):
         assert blocked.posts("/api/h3kit/preflight") == []
     finally:
         context.close()
+
+
+# --- issue 23: a prompt in another SaveVideo layout is adapted by the extension, and the user sees it ----------------
+
+ADAPT_GRAPH = {
+    "1": {"class_type": "H3KitTestPattern", "inputs": {"width": 64, "height": 64, "frames": 22, "fps": 24.0,
+                                                       "sample_rate": 44100}},
+    "2": {"class_type": "CreateVideo", "inputs": {"images": ["1", 0], "audio": ["1", 1], "fps": 24.0}},
+    "3": {"class_type": "SaveVideo", "inputs": {"video": ["2", 0], "filename_prefix": "h3kit/editor_adapt",
+                                                "format": "mp4", "format.codec": "h264"}},
+}
+QUEUE_THROUGH_THE_EXTENSION = """async (output) => {
+  const api = window.comfyAPI.api.api;
+  const toast = app.extensionManager?.toast;
+  const addToast = toast?.add;
+  const fetchApi = api.fetchApi;
+  const toasts = [], sent = [];
+  if (toast) toast.add = function (t) { toasts.push([t.summary, t.detail]); return addToast.call(this, t); };
+  api.fetchApi = function (route, options) {
+    if (route === "/prompt" && options?.body) sent.push(JSON.parse(options.body).prompt);
+    return fetchApi.call(this, route, options);
+  };
+  try {
+    const answer = await api.queuePrompt(0, {output, workflow: app.graph.serialize()});
+    return {prompt_id: answer?.prompt_id ?? null, toasts, sent};
+  } finally {
+    if (toast) toast.add = addToast;
+    api.fetchApi = fetchApi;
+  }
+}"""
+
+
+def test_a_prompt_in_another_savevideo_layout_is_adapted_and_the_change_shown(editor, server):
+    """What the extension sends to /prompt is the prompt in this host's layout (format.codec -> codec where the host
+    differs), a toast lists the change, and the run writes its mp4 (issue 23: it used to die at SaveVideo)."""
+    editor.start_clean()
+    # the extension wraps api.queuePrompt in its async setup(), which may finish after the editor is ready
+    editor.page.wait_for_function("window.comfyAPI.api.api.queuePrompt.toString().includes('allowQueue')",
+                                  timeout=30_000)
+    expected = adapt_graph(ADAPT_GRAPH, server.object_info()).changes
+    result = editor.js(QUEUE_THROUGH_THE_EXTENSION, ADAPT_GRAPH)
+    assert result["prompt_id"], result
+    (sent,) = result["sent"]
+    if expected:
+        assert sent["3"]["inputs"].get("codec") == "h264" and "format.codec" not in sent["3"]["inputs"], result
+        (toast,) = [t for t in result["toasts"] if "H3Kit adapted" in t[0]]
+        assert toast[0] == "H3Kit adapted 1 input(s) to this ComfyUI" and expected[0].text() in toast[1]
+    else:
+        assert sent == ADAPT_GRAPH and not [t for t in result["toasts"] if "H3Kit adapted" in t[0]]
+    deadline = time.monotonic() + 180
+    entry = None
+    while time.monotonic() < deadline and not (entry and entry.get("status", {}).get("completed") is not None):
+        entry = server.get(f"/history/{result['prompt_id']}").get(result["prompt_id"])
+        time.sleep(0.5)
+    assert entry and entry["status"]["status_str"] == "success", entry and entry["status"]
+    (video,) = entry["outputs"]["3"]["images"]
+    assert server.output_path(video).stat().st_size > 0
 
 
 # --- the README's screenshots -------------------------------------------------------------------------

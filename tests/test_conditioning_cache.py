@@ -291,7 +291,7 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temp_file(cache_dir, monk
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("safetensors.torch.save_file", half_write)
-    with pytest.raises(H3KitInputError, match="No space left"):
+    with pytest.raises(H3KitInputError, match="disk is full; the existing file is unchanged"):
         save_node(cache_dir, h3_like(), name="safe", overwrite=True)
     assert (cache_dir / "safe.safetensors").read_bytes() == before
     assert [p.name for p in cache_dir.iterdir()] == ["safe.safetensors"]
@@ -440,7 +440,7 @@ def make_bad_file(kind: str, path: Path) -> None:
 
 
 BAD_FILES = {
-    "empty": "too short", "random_bytes": "not a usable safetensors file", "truncated_in_length_field": "too short",
+    "empty": r"is an empty file \(0 bytes\), not an H3Kit conditioning cache", "random_bytes": "not a usable safetensors file", "truncated_in_length_field": "too short",
     "truncated_in_header": "truncated", "truncated_in_data": "truncated",
     "corrupt_header_json": "not UTF-8 text", "corrupt_tensor_data": "checksum",
     "trailing_garbage": "follow the last tensor", "foreign_model": "not an H3Kit conditioning cache",

@@ -513,6 +513,28 @@ def test_f15_no_clip_into_the_effect_prompt_is_a_warning_offline():
     assert lint_effect_markers_reach_the_encoder(graph, {}) == []
 
 
+def test_the_clip_output_wired_without_a_clip_input_is_an_error_offline_and_at_run_time(effects):
+    graph = shipped()
+    effect_id = next(k for k, n in graph.items() if n["class_type"] == "H3KitEffectPrompt")
+    del graph[effect_id]["inputs"]["clip"]
+    problems = [p for p in lint_effect_markers_reach_the_encoder(graph, {}) if p.severity == "error"]
+    (problem,) = problems
+    assert "has no text encoder on its 'clip' input" in problem.message and problem.input == "clip"
+    with pytest.raises(H3KitInputError, match="no text encoder on its 'clip' input"):
+        prompt_node(graph=graph, unique_id=effect_id)
+
+
+def test_a_host_tokenizer_that_cannot_be_asked_is_a_visible_fallback(effects, monkeypatch):
+    def broken(folders):
+        raise OSError("qwen25_tokenizer/vocab.json missing")
+
+    monkeypatch.setattr(fx, "host_loaded", lambda name="folder_paths": name == fx.H3_TOKENIZER_MODULE)
+    monkeypatch.setattr(fx, "_host_h3_tokenizer", broken)
+    _, report, _ = prompt_node()
+    assert report["markers_resolved_by"] == "not checked"
+    assert any("OSError" in f and "vocab.json" in f for f in report["fallbacks"])
+
+
 def test_f15_a_marker_typed_into_the_h3_node_is_flagged():
     graph = shipped()
     encoder_id = next(k for k, n in graph.items() if n["class_type"] == "MiniMaxH3ImageToVideo")

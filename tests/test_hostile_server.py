@@ -126,7 +126,10 @@ def test_a_job_that_crashes_exits_1_not_0(workflow, server, tmp_path, capsys, mo
 
     monkeypatch.setattr(comfy_jobs, "timing_of", boom)
     assert run(workflow, server, tmp_path / "out") == 1
-    assert "the job crashed: KeyError" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the job crashed" in err and "unexpected KeyError: 'unforeseen'" in err and "Traceback" not in err
+    log = Path(err.split("the full traceback is in ")[1].split(")")[0])
+    assert "Traceback" in log.read_text() and "unforeseen" in log.read_text()
 
 
 def test_execution_error_with_control_characters_is_printed_clean(workflow, server, tmp_path, capsys):

@@ -16,7 +16,9 @@ import av
 import pytest
 import tiny_h3_models
 import tiny_ltx_models
+import torch
 from comfyui_host import LTXAV, NATIVE_H3, execution_error
+from safetensors.torch import save_file
 from tiny_graphs import (
     DRAFT_H,
     DRAFT_W,
@@ -30,11 +32,16 @@ from tiny_graphs import (
     write_cached_prompts,
     write_reference_images,
 )
+from tiny_graphs import (
+    shipped as shipped_graph,
+)
 
 pytestmark = pytest.mark.comfyui
 
-TWO_STAGE = ("h3_ltx_two_stage", "h3_ltx_two_stage_cached_cond", "h3_ltx_two_stage_544", "h3_ltx_two_stage_turing")
+TWO_STAGE = ("h3_ltx_two_stage", "h3_ltx_two_stage_cached_cond", "h3_ltx_two_stage_544", "h3_ltx_two_stage_turing",
+             "h3_ref2va_two_stage")
 H3_AUDIO_LATENTS_PER_S = 40  # the host's AUDIO_LATENT_FPS: the draft's audio lasts round(frames / 24 * 40) / 40 s
+EFFECT_ROWS = 94  # minimaxh3_bullet_time's published row count (field-notes §D)
 MAX_AV_DRIFT_S = 0.05  # audio vs video duration in one mp4 (aac frames are 1024 samples: ~21 ms at 48 kHz)
 
 
@@ -49,10 +56,10 @@ def h3_host(comfyui_server):
     return comfyui_server
 
 
-def report_shown(entry: dict, graph: dict, source: list) -> dict:
-    """The JSON report of the node output `source`, as the PreviewAny wired to it shows it."""
-    (preview,) = [nid for nid in nodes_of(graph, "PreviewAny") if graph[nid]["inputs"]["source"] == source]
-    return json.loads(entry["outputs"][preview]["text"][0])
+def report_shown(entry: dict, graph: dict, source: list) -> dict | None:
+    """The JSON report of the node output `source`, as the PreviewAny wired to it shows it (None: not shown)."""
+    previews = [nid for nid in nodes_of(graph, "PreviewAny") if graph[nid]["inputs"]["source"] == source]
+    return json.loads(entry["outputs"][previews[0]]["text"][0]) if previews else None
 
 
 def saved_video(server, entry: dict, graph: dict):
@@ -94,27 +101,74 @@ def test_two_stage_graph_runs_to_its_mp4_with_the_drafts_audio(h3_host, name):
     assert abs(media["audio_s"] - KEPT_FRAMES / FPS) < MAX_AV_DRIFT_S, media  # trimmed with the frames
     (handoff,) = nodes_of(graph, "H3KitDraftToLTX")
     report = report_shown(entry, graph, [handoff, 4])
-    assert report["source"] == {"width": DRAFT_W, "height": DRAFT_H, "frames": LENGTH, "on_h3_grid": True}
-    assert report["encoder"] == {"width": DRAFT_W, "height": DRAFT_H, "frames": KEPT_FRAMES}
-    assert report["resample"] is False and report["dropped_frames"] == LENGTH - KEPT_FRAMES
+    if report is not None:  # the Ref2VA two-stage graph shows neither report
+        assert report["source"] == {"width": DRAFT_W, "height": DRAFT_H, "frames": LENGTH, "on_h3_grid": True}
+        assert report["encoder"] == {"width": DRAFT_W, "height": DRAFT_H, "frames": KEPT_FRAMES}
+        assert report["resample"] is False and report["dropped_frames"] == LENGTH - KEPT_FRAMES
     (guard,) = nodes_of(graph, "H3KitLatentGuard")
     verdict = report_shown(entry, graph, [guard, 1])
-    assert verdict["status"] == "ok" and verdict["correlation"]["samples"] >= 0.5, verdict
+    if verdict is not None:
+        assert verdict["status"] == "ok" and verdict["correlation"]["samples"] >= 0.5, verdict
 
 
 def test_native_lowvram_graph_runs_to_its_mp4_with_both_patches_reported(h3_host):
     graph, changes = tiny_graph("h3_native_362_lowvram", h3_host, prefix="s1_native")
     entry = run_ok(h3_host, graph)
-    media = probe(saved_video(h3_host, entry, graph))
-    assert media["size"] == (DRAFT_W, DRAFT_H) and media["frames"] == LENGTH, (media, changes)
-    assert media["audio_streams"] == 1, "VAEDecodeAudio -> CreateVideo: the H3 audio must be in the mp4 (F21)"
-    h3_audio_s = round(LENGTH / FPS * H3_AUDIO_LATENTS_PER_S) / H3_AUDIO_LATENTS_PER_S  # 37 latents: 0.925 s
-    assert abs(media["audio_s"] - h3_audio_s) < MAX_AV_DRIFT_S and abs(media["audio_s"] - LENGTH / FPS) < MAX_AV_DRIFT_S
+    assert_single_stage_mp4(h3_host, entry, graph, changes)
     (attention,) = nodes_of(graph, "H3KitLowVRAMAttention")
     (feed_forward,) = nodes_of(graph, "H3KitChunkFeedForward")
     for nid in (attention, feed_forward):
         report = report_shown(entry, graph, [nid, 1])
         assert report["status"] == "patched" and report["family"] == "h3" and report["layers_patched"] == 1, report
+
+
+def assert_single_stage_mp4(server, entry: dict, graph: dict, changes: list[str]) -> None:
+    """The H3 draft itself: 128x64, 22 frames, its own audio (37 latents at 40/s = 0.925 s) in sync with them."""
+    media = probe(saved_video(server, entry, graph))
+    assert media["size"] == (DRAFT_W, DRAFT_H) and media["frames"] == LENGTH, (media, changes)
+    assert media["audio_streams"] == 1, "VAEDecodeAudio -> CreateVideo: the H3 audio must be in the mp4 (F21)"
+    h3_audio_s = round(LENGTH / FPS * H3_AUDIO_LATENTS_PER_S) / H3_AUDIO_LATENTS_PER_S
+    assert abs(media["audio_s"] - h3_audio_s) < MAX_AV_DRIFT_S and abs(media["audio_s"] - LENGTH / FPS) < MAX_AV_DRIFT_S
+
+
+def test_ref2va_two_characters_graph_runs_to_its_mp4_with_both_pictures_referenced(h3_host):
+    """Both reference pictures go through the host's MiniMaxH3ReferenceToVideo: VAE-encoded into reference blocks and
+    shown to the (tiny) Qwen3-VL vision tower as <Picture 1> / <Picture 2>."""
+    graph, changes = tiny_graph("h3_ref2va_two_characters", h3_host, prefix="s1_ref2va")
+    entry = run_ok(h3_host, graph)
+    assert_single_stage_mp4(h3_host, entry, graph, changes)
+    (prompt,) = nodes_of(graph, "H3KitRef2VAPrompt")
+    report = report_shown(entry, graph, [prompt, 1])
+    assert report["problems"] == 0 and report["warnings"] == [] and report["references"]["ref_images"] == 2, report
+
+
+@pytest.fixture(scope="module")
+def effects_host(h3_host):
+    """The shipped effect's file (synthetic rows, the published 94 x 5120) in embeddings/, and the 5120-wide DiT and
+    encoder (tiny_h3_models.install_effects) whose vocabulary covers the shipped prompt."""
+    (prompt_node,) = [n for n in shipped_graph("h3_effects_t2va").values() if n["class_type"] == "H3KitEffectPrompt"]
+    inputs = prompt_node["inputs"]
+    folder = h3_host.models_dir / "embeddings"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = torch.randn(EFFECT_ROWS, tiny_h3_models.EFFECTS_TEXT_DIM, generator=torch.Generator().manual_seed(5))
+    save_file({"qwen3vl_32b": rows.to(torch.bfloat16)}, str(folder / inputs["effect"]))
+    tiny_h3_models.install_effects(h3_host, [inputs["prompt"], f"embedding:{inputs['effect'].rsplit('.', 1)[0]}"])
+    return h3_host
+
+
+def test_effects_graph_runs_to_its_mp4_with_the_effect_rows_in_the_prompt_f15(effects_host):
+    """The shipped effects graph with its effect file: H3KitEffectPrompt places the marker after the first shot tag,
+    its clip output resolves it into the 94 rows (0.33.0's tokenizer would read it as text), and the host's
+    MiniMaxH3ImageToVideo encodes that prompt for the DiT."""
+    graph, changes = tiny_graph("h3_effects_t2va", effects_host, prefix="s1_effects")
+    entry = run_ok(effects_host, graph)
+    assert_single_stage_mp4(effects_host, entry, graph, changes)
+    (prompt,) = nodes_of(graph, "H3KitEffectPrompt")
+    report = report_shown(entry, graph, [prompt, 1])
+    (effect,) = report["effects"]
+    assert effect["rows"] == EFFECT_ROWS and effect["width"] == tiny_h3_models.EFFECTS_TEXT_DIM, report
+    assert effect["token_index"] > 0, report  # the rows are in the encoded tokens, not at the prompt's start (F15)
+    assert report["warnings"] == [] and report["markers_resolved_by"] != "nothing to resolve", report
 
 
 @pytest.mark.parametrize("dit", ["nan", "garbage"])
@@ -132,12 +186,14 @@ def test_a_broken_h3_draft_stops_at_the_handoff_not_at_the_refiners_guard(h3_hos
 
 
 def run_cli(graph: dict, server, tmp_path, capsys) -> tuple[int, str]:
+    """`python -m h3kit run` on `graph`: (exit code, stdout + stderr: results go to stdout, problems to stderr)."""
     from h3kit.scripts.cli import main
 
     path = tmp_path / "graph.json"
     path.write_text(json.dumps(graph))
     code = main(["run", str(path), "--server", server.url, "--out", str(tmp_path / "out"), "--quiet", "--timeout", "900"])
-    return code, capsys.readouterr().out
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
 
 
 def test_run_renders_the_two_stage_graph_and_verifies_its_mp4(h3_host, tmp_path, capsys):

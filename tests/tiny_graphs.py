@@ -1,24 +1,24 @@
 """The shipped API graphs (workflows/api/) made runnable on a real host with tiny weights, changing as little as
 possible, and saying exactly what changed. Test-process side; the weights come from tests/tiny_h3_models.py and
-tests/tiny_ltx_models.py, the cached prompts from the pack's own cache writer (nodes/cond_cache_format.py).
+tests/tiny_ltx_models.py, the cached LTX refine prompt from the pack's own cache writer (nodes/cond_cache_format.py).
 
     graph, changes = tiny_graph("h3_ltx_two_stage", server, h3="healthy", ltx="healthy", prefix="x")
 
 What `tiny_graph` changes (every change is returned as one line of `changes`; nothing else differs):
 - model files -> the tiny ones: UNETLoader (H3 and LTX), LoraLoaderModelOnly, VAELoader (LTX video VAE),
   LatentUpscaleModelLoader, H3KitLoadConditioning (the cached refine prompt);
-- the H3 VAELoader nodes -> the test stand-in TinyH3VAELoader (tests/comfyui_standins: the host's loader builds
-  the H3 VAEs at full size whatever the file holds);
+- loaders the host builds at full size whatever the file holds -> test stand-ins that run the host's own loading
+  code at the file's size: the H3 VAELoader nodes -> TinyH3VAELoader (tests/comfyui_standins), the H3 CLIPLoader ->
+  H3KitTestTinyTextEncoderLoader (tests/tiny_h3_text_encoder.py); every H3 node that encodes a prompt, a picture or
+  a sound (MiniMaxH3ImageToVideo, MiniMaxH3ReferenceToVideo, H3KitEffectPrompt) runs as shipped;
 - UnetLoaderGGUF -> UNETLoader with the tiny LTX refiner, only where the ComfyUI-GGUF pack is not installed;
-- text encoders -> cached conditioning written by the pack's cache writer: the LTX CLIPLoader + CLIPTextEncode
-  become H3KitLoadConditioning; the H3 CLIPLoader + MiniMaxH3ImageToVideo (prompt -> conditioning + empty AV
-  latent) become H3KitLoadConditioning + EmptyMiniMaxH3LatentAV with the same sizes (the host's node makes
-  exactly that latent: comfy_extras/nodes_minimax_h3.py `_empty_av_latent`);
-- sizes: H3 width x height x length 1344x768x124 (and the others) -> 128x64x22 (22 = 17k+5), handoff target -> 256x128
-  (exactly twice the draft, as 672x384 -> 1344x768);
-- SaveVideo: filename_prefix; then the pack's own host-layout adaptation (checks/host_layout.py, as `run` and
-  the editor apply it: SaveVideo's codec in this host's layout).
-Everything else (samplers, steps, seeds, shifts, guards, low-VRAM nodes, links) is the shipped graph.
+- the LTX refine prompt's text encoder (Gemma; no tiny one) -> the cached prompt: CLIPLoader + CLIPTextEncode become
+  H3KitLoadConditioning, as in the shipped _cached_cond graph;
+- sizes: H3 width x height x length (1344x768x124 and the others) -> 128x64x22 (22 = 17k+5); the handoff's target
+  -> 256x128 (exactly twice the draft, as 672x384 -> 1344x768);
+- SaveVideo: filename_prefix; then the pack's own host-layout adaptation (checks/host_layout.py, as `run` and the
+  editor apply it: SaveVideo's codec in this host's layout).
+Everything else (prompts, samplers, steps, seeds, shifts, guards, low-VRAM nodes, links) is the shipped graph.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch
 from h3kit.checks.host_layout import adapt_graph
 from h3kit.nodes.cond_cache_format import save_conditioning
 from PIL import Image
-from tiny_h3_models import AUDIO_VAE, LORA, TEXT_DIM, VIDEO_VAE
+from tiny_h3_models import AUDIO_VAE, DIT_CONFIG, EFFECTS_TEXT_DIM, LORA, VIDEO_VAE, text_encoder_name
 from tiny_h3_models import dit_name as h3_dit_name
 
 API = Path(__file__).resolve().parent.parent / "workflows" / "api"
@@ -42,7 +42,6 @@ DRAFT_W, DRAFT_H, LENGTH = 128, 64, 22  # H3: multiples of 32, a 17k+5 length
 TARGET_W, TARGET_H = 2 * DRAFT_W, 2 * DRAFT_H
 KEPT_FRAMES = 17  # 22 trimmed to LTX's 8n+1
 FPS = 24.0
-H3_PROMPT = "tiny_h3_prompt.safetensors"
 LTX_PROMPT = "tiny_refine.safetensors"
 LTX_CAPTION_CHANNELS = 16  # tiny_ltx_models.DIT_CONFIG: the LTXAV context is [video | audio] halves of this width
 LTX_DIT, LTX_VAE, LTX_UPSCALER = "tiny_ltxav_{}.safetensors", "tiny_ltx_video_vae.safetensors", \
@@ -57,14 +56,10 @@ def shipped(name: str) -> dict:
 
 
 def write_cached_prompts(server) -> None:
-    """Cached prompts for the tiny models, in the server's conditioning_cache, by the pack's cache writer: an H3
-    prompt (32-wide text states + the per-token modality tags the host's encoder returns) and an LTX refine prompt."""
+    """The cached LTX refine prompt for the tiny refiner, in the server's conditioning_cache, by the pack's writer."""
     folder = server.models_dir / "conditioning_cache"
     folder.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(3)
-    h3 = [[torch.randn(1, 12, TEXT_DIM, generator=generator), {"minimax_token_tags": torch.ones(12, dtype=torch.long)}]]
-    save_conditioning(folder, H3_PROMPT.removesuffix(".safetensors"), h3, prompt_text="tiny H3 prompt", encoder="test")
-    ltx = [[torch.randn(1, 8, 2 * LTX_CAPTION_CHANNELS, generator=generator), {}]]
+    ltx = [[torch.randn(1, 8, 2 * LTX_CAPTION_CHANNELS, generator=torch.Generator().manual_seed(3)), {}]]
     save_conditioning(folder, LTX_PROMPT.removesuffix(".safetensors"), ltx, prompt_text="tiny refine prompt",
                       encoder="test")
 
@@ -108,20 +103,9 @@ class _Editor:
         self.graph[nid] = {"class_type": class_type, "inputs": inputs}
         self.changes.append(f"node {nid} {old} -> {class_type} {_short(inputs)} ({why})")
 
-    def add(self, nid: str, class_type: str, inputs: dict, why: str) -> None:
-        self.graph[nid] = {"class_type": class_type, "inputs": inputs}
-        self.changes.append(f"node {nid} {class_type} {_short(inputs)} added ({why})")
-
     def remove(self, nid: str, why: str) -> None:
         node = self.graph.pop(nid)
         self.changes.append(f"node {nid} {node['class_type']} removed ({why})")
-
-    def relink(self, old: list, new: list) -> None:
-        for nid, node in self.graph.items():
-            for name, value in node["inputs"].items():
-                if value == old:
-                    node["inputs"][name] = list(new)
-                    self.changes.append(f"node {nid} {node['class_type']}.{name}: {old} -> {new}")
 
     def users(self, nid: str) -> list[tuple[str, str]]:
         return [(uid, name) for uid, node in self.graph.items() for name, value in node["inputs"].items()
@@ -139,10 +123,12 @@ def tiny_graph(name: str, server, h3: str = "healthy", ltx: str = "healthy", pre
     adapt=False leaves the host-layout adaptation to the caller (`run` does it itself and prints it)."""
     edit = _Editor(copy.deepcopy(shipped(name)))
     served = server.served()
+    # effect files are [N, 5120]: a graph with effects gets the 5120-wide DiT and encoder (tiny_h3_models.install_effects)
+    text_dim = EFFECTS_TEXT_DIM if nodes_of(edit.graph, "H3KitEffectPrompt") else DIT_CONFIG["text_dim"]
     for nid in list(edit.graph):
         node = edit.graph.get(nid)
         if node is not None:
-            _tiny_node(edit, nid, node, served, h3, ltx)
+            _tiny_node(edit, nid, node, served, h3, ltx, text_dim)
     for nid in nodes_of(edit.graph, "SaveVideo"):
         if prefix:
             edit.set(nid, "filename_prefix", f"h3kit/{prefix}")
@@ -156,10 +142,10 @@ def nodes_of(graph: dict, class_type: str) -> list[str]:
     return [nid for nid, node in graph.items() if node["class_type"] == class_type]
 
 
-def _tiny_node(edit: _Editor, nid: str, node: dict, served: dict, h3: str, ltx: str) -> None:
+def _tiny_node(edit: _Editor, nid: str, node: dict, served: dict, h3: str, ltx: str, text_dim: int) -> None:
     ct, inputs = node["class_type"], node["inputs"]
     if ct == "UNETLoader":
-        edit.set(nid, "unet_name", h3_dit_name(h3) if inputs["unet_name"].startswith("minimax_h3")
+        edit.set(nid, "unet_name", h3_dit_name(h3, text_dim) if inputs["unet_name"].startswith("minimax_h3")
                  else LTX_DIT.format(ltx))
     elif ct == "UnetLoaderGGUF":
         if "UnetLoaderGGUF" in served:
@@ -179,8 +165,11 @@ def _tiny_node(edit: _Editor, nid: str, node: dict, served: dict, h3: str, ltx: 
         edit.set(nid, "model_name", LTX_UPSCALER)
     elif ct == "H3KitLoadConditioning":
         edit.set(nid, "name", LTX_PROMPT)
+    elif ct == "CLIPLoader" and inputs["type"] == "minimax":
+        edit.replace(nid, "H3KitTestTinyTextEncoderLoader", {"clip_name": text_encoder_name(text_dim)},
+                     "stand-in: the host's CLIPLoader builds the H3 text encoder at full size")
     elif ct == "CLIPLoader":
-        _cached_prompt_for(edit, nid, inputs["type"])
+        _cached_refine_prompt(edit, nid, inputs["type"])
     elif ct in H3_SIZED:
         for key, value in (("width", DRAFT_W), ("height", DRAFT_H), ("length", LENGTH)):
             edit.set(nid, key, value)
@@ -189,20 +178,11 @@ def _tiny_node(edit: _Editor, nid: str, node: dict, served: dict, h3: str, ltx: 
         edit.set(nid, "target_height", TARGET_H)
 
 
-def _cached_prompt_for(edit: _Editor, clip_id: str, clip_type: str) -> None:
-    """Replace a text encoder and the nodes that encode with it by the cached prompt for the tiny models."""
+def _cached_refine_prompt(edit: _Editor, clip_id: str, clip_type: str) -> None:
+    """The LTX text encoder and its CLIPTextEncode nodes -> the cached refine prompt (H3KitLoadConditioning)."""
     for user, _ in edit.users(clip_id):
         ct = edit.graph[user]["class_type"]
-        if ct == "CLIPTextEncode":
-            edit.replace(user, "H3KitLoadConditioning", {"name": LTX_PROMPT}, "cached refine prompt, no text encoder")
-        elif ct == "MiniMaxH3ImageToVideo":
-            inputs = edit.graph[user]["inputs"]
-            latent_id = f"{user}L"
-            edit.add(latent_id, "EmptyMiniMaxH3LatentAV", {"width": DRAFT_W, "height": DRAFT_H, "length": LENGTH},
-                     f"the AV latent node {user} made")
-            edit.replace(user, "H3KitLoadConditioning", {"name": H3_PROMPT},
-                         f"cached H3 prompt instead of encoding {_short(inputs.get('prompt'))}")
-            edit.relink([user, 1], [latent_id, 0])
-        else:
-            pytest.skip(f"{ct} needs an H3 text encoder (clip input): no tiny one is available to these tests yet")
-    edit.remove(clip_id, f"{clip_type} text encoder: its prompts are cached")
+        if ct != "CLIPTextEncode":
+            pytest.fail(f"node {user} ({ct}) uses the {clip_type} text encoder: tests/tiny_graphs.py has no rule for it")
+        edit.replace(user, "H3KitLoadConditioning", {"name": LTX_PROMPT}, "cached refine prompt, no text encoder")
+    edit.remove(clip_id, f"{clip_type} text encoder: its prompt is cached")

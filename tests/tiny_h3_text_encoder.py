@@ -26,6 +26,14 @@ head_dim 128 is fixed by the host class; 50 layers of 1 head, 1 KV head and FFN 
 part; the shipped effects prompt needs ids up to 92885). No vision tower weights are written except the detection
 key: graphs with reference images/videos need them (the tower is not shrinkable through the config).
 
+Reference pictures/videos (Ref2VA) go through the encoder's Qwen3-VL vision tower, which the host sizes from a
+module-level table (comfy/text_encoders/qwen3vl.py QWEN3VL_VISION["qwen3vl_32b"] + QWEN3VL_VISION_COMMON: 27 blocks
+of 1152, ~0.4 B parameters), not from the file. write_text_encoder(..., vision=TINY_VISION) builds and fills a tower
+of that size with the host's classes and stores the sizes as metadata "h3kit_te_vision"; load_text_encoder builds the
+host's model with the table entries set to them for the construction (under a lock) and restores them.
+hidden_size (default 5120) can be set smaller for graphs that need no 5120-wide effect rows: the DiT's text width
+(condition_proj) must equal it.
+
 Kinds: "passthrough" zeroes every layer's matrices (so o_proj and down_proj: each layer adds exactly 0) and, with no
 final norm in the 32B config, the conditioning IS the sequence the encoder received: each position holds its token's
 embedding row or the effect row spliced there. "random" uses random weights everywhere (causal mixing).
@@ -41,10 +49,17 @@ import json
 import math
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 SEED = 24
 METADATA_KEY = "h3kit_te_config"
+VISION_KEY = "h3kit_te_vision"
+# The vision tower's table entries for a tiny tower (the host's: 1152 wide, 4304 FFN, 27 blocks, 16 heads,
+# DeepStack taps after blocks 8, 16, 24); patch 16, temporal patch 2 and 2x2 merge are kept.
+TINY_VISION = {"hidden_size": 32, "intermediate_size": 32, "depth": 1, "deepstack_visual_indexes": [0], "num_heads": 2}
+_VISION_COMMON_KEYS = ("num_heads",)  # entries of QWEN3VL_VISION_COMMON; the others are per-model
 MODEL_NAME = "qwen3vl_32b"  # MiniMaxH3TEModel's clip name: its model_options key is "qwen3vl_32b_model_config"
 TINY_CONFIG = {"hidden_size": 5120, "num_hidden_layers": 50, "num_attention_heads": 1, "num_key_value_heads": 1,
                "intermediate_size": 8}
@@ -103,27 +118,59 @@ def _fill(name: str, shape: tuple[int, ...], generator, kind: str, dtype):
     return out
 
 
-def text_encoder_state(config: dict, kind: str, dtype: str, seed: int = SEED) -> dict:
+_VISION_LOCK = threading.Lock()
+
+
+@contextmanager
+def vision_sized(vision: dict | None):
+    """The host's Qwen3-VL-32B vision table set to `vision` while a model is built (None: left as the host has it)."""
+    if not vision:
+        yield
+        return
+    import comfy.text_encoders.qwen3vl as host
+
+    with _VISION_LOCK:
+        own, common = dict(host.QWEN3VL_VISION[MODEL_NAME]), dict(host.QWEN3VL_VISION_COMMON)
+        try:
+            host.QWEN3VL_VISION[MODEL_NAME].update({k: v for k, v in vision.items() if k not in _VISION_COMMON_KEYS})
+            host.QWEN3VL_VISION_COMMON.update({k: v for k, v in vision.items() if k in _VISION_COMMON_KEYS})
+            yield
+        finally:
+            host.QWEN3VL_VISION[MODEL_NAME].clear()
+            host.QWEN3VL_VISION[MODEL_NAME].update(own)
+            host.QWEN3VL_VISION_COMMON.clear()
+            host.QWEN3VL_VISION_COMMON.update(common)
+
+
+def text_encoder_state(config: dict, kind: str, dtype: str, seed: int = SEED, vision: dict | None = None) -> dict:
     """The host model's language-model weights for `config` (its own module names, read from the model built on the
-    meta device, so nothing is allocated for it), plus the one vision key the host's detection looks for."""
+    meta device, so nothing is allocated for it), plus the one vision key the host's detection looks for; with
+    `vision`, the whole (tiny) vision tower, random."""
     import comfy.ops
     import torch
     from comfy.text_encoders.minimax import MiniMaxQwen3VL
 
     generator = torch.Generator().manual_seed(seed)
-    shapes = {name: tuple(t.shape) for name, t in
-              MiniMaxQwen3VL(config, torch.float32, "meta", comfy.ops.disable_weight_init).state_dict().items()}
+    with vision_sized(vision):
+        model = MiniMaxQwen3VL(config, torch.float32, "meta", comfy.ops.disable_weight_init)
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     torch_dtype = getattr(torch, DTYPES[dtype])
-    return {name: _fill(name, shape, generator, kind, torch_dtype).contiguous() for name, shape in shapes.items()
-            if not name.startswith("visual.") or name == DETECTION_VISION_KEY}
+    wanted = {name: shape for name, shape in shapes.items()
+              if vision or not name.startswith("visual.") or name == DETECTION_VISION_KEY}
+    # vision matrices are random for either kind: "passthrough" is about the language layers
+    return {name: _fill(name, shape, generator, "random" if name.startswith("visual.") else kind,
+                        torch_dtype).contiguous() for name, shape in wanted.items()}
 
 
 def write_text_encoder(path: str | os.PathLike, *, texts: list[str] | None = None, vocab_size: int | None = None,
-                       kind: str = "passthrough", dtype: str = "bf16", seed: int = SEED) -> dict:
+                       kind: str = "passthrough", dtype: str = "bf16", seed: int = SEED,
+                       hidden_size: int | None = None, vision: dict | None = None) -> dict:
     """Write the tiny encoder to `path` (a .safetensors under models/text_encoders for a server run).
 
     vocab_size: explicit, else the smallest that holds every id of `texts` (at least one text or a size is needed).
-    Returns {"path", "config", "kind", "dtype", "parameters"}. Needs the host's comfy importable (force_cpu first)."""
+    hidden_size: the token width (default TINY_CONFIG's 5120); vision: a tiny vision tower (e.g. TINY_VISION) for
+    reference pictures/videos. Returns {"path", "config", "vision", "kind", "dtype", "parameters"}. Needs the host's
+    comfy importable (force_cpu first)."""
     from safetensors.torch import save_file
 
     if kind not in KINDS:
@@ -133,24 +180,30 @@ def write_text_encoder(path: str | os.PathLike, *, texts: list[str] | None = Non
             raise ValueError("give the texts the encoder must take, or vocab_size")
         vocab_size = vocab_for(texts)
     config = {**TINY_CONFIG, "vocab_size": int(vocab_size)}
-    state = text_encoder_state(config, kind, dtype, seed)
+    if hidden_size is not None:
+        config["hidden_size"] = int(hidden_size)
+    state = text_encoder_state(config, kind, dtype, seed, vision)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    save_file(state, str(partial), metadata={METADATA_KEY: json.dumps(config)})
+    metadata = {METADATA_KEY: json.dumps(config)}
+    if vision:
+        metadata[VISION_KEY] = json.dumps(vision)
+    save_file(state, str(partial), metadata=metadata)
     partial.replace(path)
-    return {"path": str(path), "config": config, "kind": kind, "dtype": dtype,
+    return {"path": str(path), "config": config, "vision": vision, "kind": kind, "dtype": dtype,
             "parameters": sum(t.numel() for t in state.values())}
 
 
-def read_config(path: str | os.PathLike) -> dict:
+def read_config(path: str | os.PathLike, key: str = METADATA_KEY) -> dict | None:
+    """The stored language-model config (required) or, with key=VISION_KEY, the vision sizes (None when absent)."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as handle:
-        raw = (handle.metadata() or {}).get(METADATA_KEY)
-    if raw is None:
+        raw = (handle.metadata() or {}).get(key)
+    if raw is None and key == METADATA_KEY:
         raise ValueError(f"{path} has no '{METADATA_KEY}' metadata: not written by tests/tiny_h3_text_encoder.py")
-    return json.loads(raw)
+    return None if raw is None else json.loads(raw)
 
 
 def load_text_encoder(path: str | os.PathLike, embedding_directory=None):
@@ -161,8 +214,9 @@ def load_text_encoder(path: str | os.PathLike, embedding_directory=None):
 
     state = comfy.utils.load_torch_file(str(path), safe_load=True)
     options = {f"{MODEL_NAME}_model_config": read_config(path)}
-    return comfy.sd.load_text_encoder_state_dicts([state], embedding_directory=embedding_directory,
-                                                   clip_type=comfy.sd.CLIPType.MINIMAX, model_options=options)
+    with vision_sized(read_config(path, VISION_KEY)):
+        return comfy.sd.load_text_encoder_state_dicts([state], embedding_directory=embedding_directory,
+                                                       clip_type=comfy.sd.CLIPType.MINIMAX, model_options=options)
 
 
 class H3KitTestTinyTextEncoderLoader:

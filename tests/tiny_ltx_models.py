@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from pathlib import Path
+from subprocess import run as run_process
 
 import torch
 from host_weights import build, config_metadata, generator_for, randomize, use_host_on_cpu, write
@@ -90,7 +90,7 @@ def install(server, dits: tuple[str, ...] = DIT_KINDS) -> dict:
                "--models", str(models)]
     for kind in dits:
         command += ["--dit", kind]
-    result = subprocess.run(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=900)
+    result = run_process(command, cwd=server.comfyui_dir, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"tiny LTX writer failed on {server.host.name}:\n{result.stderr[-4000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])["written"]
 

@@ -2,11 +2,13 @@
 // (POST /h3kit/preflight: the rules of `python -m h3kit doctor`) before it is queued.
 //   FAIL -> the queue stops; a dialog lists each problem on its node (click: select + center the node),
 //           with "Run anyway".            WARN -> a toast (each distinct warning once per page).
+//   Could not check (the route refused the graph, answered an error, or did not answer in time) -> the same
+//           dialog says why, with "Run unchecked": a graph is never queued unchecked without the user's word.
 //   ADAPTED -> the server moved inputs to this ComfyUI's layout (SaveVideo's format.codec -> codec, ...): the
 //           adapted prompt is queued and a toast lists every change (the graph on the canvas is not touched).
 // Setting "H3Kit.Preflight.Enabled" turns it off; command "H3Kit: check this graph" runs it on demand.
-// Plain JS, no build step. Frontend differences are feature-detected; if anything here fails, the queue
-// goes on as if the extension were absent (the route and the H3KitPreflight node keep working).
+// Plain JS, no build step. Frontend differences are feature-detected; if the extension itself breaks, the
+// queue goes on as if it were absent (the route and the H3KitPreflight node keep working).
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
@@ -14,6 +16,7 @@ const ROUTE = "/h3kit/preflight";
 const SETTING_ID = "H3Kit.Preflight.Enabled";
 const COMMAND_ID = "H3Kit.CheckGraph";
 const APPROVAL_MS = 30000; // "Run anyway" covers the rest of a batch (one queue call per batch item)
+const CHECK_TIMEOUT_MS = 90000; // the route reads a body for up to 60 s, then checks it
 
 let watched = null; // RegExp of node types to check, from GET /h3kit/preflight; null: route absent
 let approved = { key: "", until: 0 };
@@ -49,22 +52,42 @@ function absentNodes(prompt) {
   return absent;
 }
 
-/** The server's report for a queued prompt ({output, workflow}), or null (with a toast) when the check
- * itself could not run. */
+/** The server's report for a queued prompt ({output, workflow}); when the check itself could not run, a
+ * report with `unchecked: true` whose one FAIL says why (the route's own message when it gave one). */
 async function preflight(prompt) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), CHECK_TIMEOUT_MS);
   try {
     const response = await api.fetchApi(ROUTE, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ prompt: prompt.output, absent: absentNodes(prompt) }),
+      signal: controller.signal,
     });
-    const body = await response.json();
-    if (!response.ok) throw new Error(`${body.error ?? response.status}. ${body.fix ?? ""}`);
+    const text = await response.text();
+    let body = null;
+    try { body = JSON.parse(text); } catch { /* an error page from a proxy or the server: shown as text */ }
+    if (!response.ok || !Array.isArray(body?.checks)) {
+      const reason = body?.error ?? `HTTP ${response.status}: ${text.slice(0, 200) || response.statusText}`;
+      return unchecked(reason, body?.fix);
+    }
     return body;
   } catch (error) {
-    toast("warn", "H3Kit preflight could not check this graph", String(error?.message ?? error));
-    return null;
+    const reason = controller.signal.aborted
+      ? `the server did not answer within ${CHECK_TIMEOUT_MS / 1000} s`
+      : String(error?.message ?? error);
+    return unchecked(reason);
+  } finally {
+    clearTimeout(timer);
   }
+}
+
+function unchecked(reason, fix) {
+  return {
+    unchecked: true, status: "FAIL", fail: 1, warn: 0, pass: 0,
+    checks: [{ status: "FAIL", check: "H3Kit preflight", detail: `could not check this graph: ${reason}`,
+      fix: fix ?? "run `python -m h3kit doctor --workflow FILE` on the exported API graph, or queue it unchecked" }],
+  };
 }
 
 function graphNode(id) {
@@ -143,9 +166,11 @@ function showReport(report, { canRun }) {
   const dialog = element("div", "h3kit-preflight");
   dialog.setAttribute("role", "dialog");
   dialog.dataset.testid = "h3kit-preflight-dialog";
-  const title = report.fail
-    ? `H3Kit preflight: ${report.fail} problem(s) would spoil this run`
-    : `H3Kit preflight: ${report.warn} warning(s)`;
+  const title = report.unchecked
+    ? "H3Kit preflight could not check this graph"
+    : report.fail
+      ? `H3Kit preflight: ${report.fail} problem(s) would spoil this run`
+      : `H3Kit preflight: ${report.warn} warning(s)`;
   dialog.append(element("h2", "", canRun ? `${title}. Not queued.` : title));
   const list = element("ul");
   problems.forEach((check) => list.append(problemItem(check)));
@@ -157,7 +182,7 @@ function showReport(report, { canRun }) {
     const onKey = (event) => { if (event.key === "Escape") close(false); };
     document.addEventListener("keydown", onKey, true);
     if (canRun) {
-      const run = element("button", "h3kit-run-anyway", "Run anyway");
+      const run = element("button", "h3kit-run-anyway", report.unchecked ? "Run unchecked" : "Run anyway");
       run.addEventListener("click", () => close(true));
       footer.append(run);
     }
@@ -194,7 +219,6 @@ function useAdapted(prompt, report) {
 /** true: queue it; false: the user stopped it. */
 async function allowQueue(prompt) {
   const report = await preflight(prompt);
-  if (!report) return true;
   useAdapted(prompt, report);
   if (report.fail > 0) {
     const key = failureKey(report);
@@ -229,7 +253,6 @@ function installQueueGuard() {
 
 async function checkThisGraph() {
   const report = await preflight(await app.graphToPrompt());
-  if (!report) return;
   useAdapted({}, report); // says what queueing would change; the canvas is not touched
   if (report.fail || report.warn) await showReport(report, { canRun: false });
   else toast("success", "H3Kit preflight", `all ${report.pass} checks passed`, 5000);
@@ -241,7 +264,7 @@ app.registerExtension({
     id: SETTING_ID,
     category: ["H3Kit", "Preflight", "Enabled"],
     name: "Check graphs with H3/LTX nodes before queueing",
-    tooltip: "Asks the server (the rules of `python -m h3kit doctor`) before a graph with an H3 or LTX node " +
+    tooltip: "Asks the server (the rules of H3Kit's `doctor` command) before a graph with an H3 or LTX node " +
       "is queued; problems that would spoil the run stop it, with a 'Run anyway' choice.",
     type: "boolean",
     defaultValue: true,

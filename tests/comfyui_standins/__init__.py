@@ -6,11 +6,15 @@ TinyH3VAELoader   the host's VAELoader for the tiny MiniMax-H3 VAEs of tests/tin
                   VAELoader.load_vae (detection by key layout, comfy.sd.VAE, its ratios and tiling) with the
                   constructors sized from the file's `h3kit_tiny_sizes` metadata. A file without that entry is
                   refused.
+H3KitTestTinyTextEncoderLoader   the CLIPLoader for the tiny H3 text encoder, defined in tests/tiny_h3_text_encoder.py
+                  (registered here so every test server has it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 SIZES_KEY = "h3kit_tiny_sizes"
 
@@ -54,5 +58,14 @@ class TinyH3VAELoader:
             return nodes.VAELoader().load_vae(vae_name)
 
 
-NODE_CLASS_MAPPINGS = {"TinyH3VAELoader": TinyH3VAELoader}
+def _text_encoder_module():
+    """tests/tiny_h3_text_encoder.py, found through this package's real location (it is linked into custom_nodes)."""
+    path = Path(__file__).resolve().parent.parent / "tiny_h3_text_encoder.py"
+    spec = importlib.util.spec_from_file_location("h3kit_test_tiny_h3_text_encoder", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NODE_CLASS_MAPPINGS = {"TinyH3VAELoader": TinyH3VAELoader, **_text_encoder_module().NODE_CLASS_MAPPINGS}
 NODE_DISPLAY_NAME_MAPPINGS = {"TinyH3VAELoader": "Tiny H3 VAE Loader (test stand-in)"}
