@@ -24,6 +24,14 @@ def test_every_shipped_graph_is_described():
         assert f"`{path.stem}`" in README, path.stem
 
 
+def test_every_node_is_in_the_nodes_table():
+    from h3kit.nodes import DISABLED_NODES, NODE_CLASS_MAPPINGS
+
+    table = README.split("## Nodes", 1)[1].split("\n## ", 1)[0]
+    for node_id in [*NODE_CLASS_MAPPINGS, *(n for ids in DISABLED_NODES.values() for n in ids)]:
+        assert f"`{node_id}`" in table, node_id
+
+
 def test_every_failure_id_in_the_readme_links_to_its_explanation():
     anchors = set(re.findall(r'<a id="([^"]+)"></a>', FAILURES))
     for fid in set(re.findall(r"\b([FX]\d\d)\b", README)):
