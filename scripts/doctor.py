@@ -20,12 +20,12 @@ from pathlib import Path
 
 from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline
 from ..adapters.files import is_folder
+from ..adapters.server_probe import server_checks
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph import well_formed
 from ..checks.problem import FAIL, PASS, WARN, Check, printable
 from ..checks.rules_files import folder_locator, model_input_keys
-from ..checks.server import server_checks
 from ..checks.validator import looks_like_ui_format
 from ..checks.workflow import default_models_dir, load_graph, missing_file_checks, workflow_checks
 from . import console

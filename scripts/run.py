@@ -32,6 +32,7 @@ from ..adapters.comfy_client import (
     normalise_server,
 )
 from ..adapters.crash_log import unexpected_error
+from ..adapters.server_probe import read_schemas, server_version_check
 from ..checks.expect import expected_video
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph_edit import (
@@ -49,7 +50,6 @@ from ..checks.host_layout import adapt_graph
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
-from ..checks.server import read_schemas, server_version_check
 from ..checks.validator import load_graph_file, validate_with_rules
 from ..nodes.conditioning_cache import pack_version
 from . import console

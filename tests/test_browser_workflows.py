@@ -464,3 +464,63 @@ def test_editor_works_when_the_extension_cannot_load(chromium, server):
         assert blocked.posts("/api/h3kit/preflight") == []
     finally:
         context.close()
+
+
+# --- issue 23: a prompt in another SaveVideo layout is adapted by the extension, and the user sees it ----------------
+
+ADAPT_GRAPH = {
+    "1": {"class_type": "H3KitTestPattern", "inputs": {"width": 64, "height": 64, "frames": 22, "fps": 24.0,
+                                                       "sample_rate": 44100}},
+    "2": {"class_type": "CreateVideo", "inputs": {"images": ["1", 0], "audio": ["1", 1], "fps": 24.0}},
+    "3": {"class_type": "SaveVideo", "inputs": {"video": ["2", 0], "filename_prefix": "h3kit/editor_adapt",
+                                                "format": "mp4", "format.codec": "h264"}},
+}
+QUEUE_THROUGH_THE_EXTENSION = """async (output) => {
+  const api = window.comfyAPI.api.api;
+  const toast = app.extensionManager?.toast;
+  const addToast = toast?.add;
+  const fetchApi = api.fetchApi;
+  const toasts = [], sent = [];
+  if (toast) toast.add = function (t) { toasts.push([t.summary, t.detail]); return addToast.call(this, t); };
+  api.fetchApi = function (route, options) {
+    if (route === "/prompt" && options?.body) sent.push(JSON.parse(options.body).prompt);
+    return fetchApi.call(this, route, options);
+  };
+  try {
+    const answer = await api.queuePrompt(0, {output, workflow: app.graph.serialize()});
+    return {prompt_id: answer?.prompt_id ?? null, toasts, sent};
+  } finally {
+    if (toast) toast.add = addToast;
+    api.fetchApi = fetchApi;
+  }
+}"""
+
+
+def test_a_prompt_in_another_savevideo_layout_is_adapted_and_the_change_shown(editor, server):
+    """What the extension sends to /prompt is the prompt in this host's layout (format.codec -> codec where the host
+    differs), a toast lists the change, and the run writes its mp4 (issue 23: it used to die at SaveVideo)."""
+    from h3kit.checks.host_layout import adapt_graph
+
+    editor.start_clean()
+    # the extension wraps api.queuePrompt in its async setup(), which may finish after the editor is ready
+    editor.page.wait_for_function("window.comfyAPI.api.api.queuePrompt.toString().includes('allowQueue')",
+                                  timeout=30_000)
+    expected = adapt_graph(ADAPT_GRAPH, server.object_info()).changes
+    result = editor.js(QUEUE_THROUGH_THE_EXTENSION, ADAPT_GRAPH)
+    assert result["prompt_id"], result
+    (sent,) = result["sent"]
+    if expected:
+        assert sent["3"]["inputs"].get("codec") == "h264" and "format.codec" not in sent["3"]["inputs"], result
+        (toast,) = [t for t in result["toasts"] if "H3Kit adapted" in t[0]]
+        assert toast[0] == "H3Kit adapted 1 input(s) to this ComfyUI" and expected[0].text() in toast[1]
+    else:
+        assert sent == ADAPT_GRAPH and not [t for t in result["toasts"] if "H3Kit adapted" in t[0]]
+    deadline = time.monotonic() + 180
+    entry = None
+    while time.monotonic() < deadline and not (entry and entry.get("status", {}).get("completed") is not None):
+        entry = server.get(f"/history/{result['prompt_id']}").get(result["prompt_id"])
+        time.sleep(0.5)
+    assert entry and entry["status"]["status_str"] == "success", entry and entry["status"]
+    (video,) = entry["outputs"]["3"]["images"]
+    assert server.output_path(video).stat().st_size > 0
+

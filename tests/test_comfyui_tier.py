@@ -89,8 +89,8 @@ def test_validate_against_the_live_server(comfyui_server, tmp_path):
         assert result.returncode == 0 and result.stdout.startswith("OK "), result.stdout
     else:
         assert result.returncode == 2  # README: 2 = rejected by validation
-        assert "node 2 (EmptyMiniMaxH3LatentAV)" in result.stdout
-        assert "a ComfyUI core node this ComfyUI does not have" in result.stdout
+        assert "node 2 (EmptyMiniMaxH3LatentAV)" in result.stdout + result.stderr
+        assert "a ComfyUI core node this ComfyUI does not have" in result.stdout + result.stderr
     graph["1"]["inputs"]["width"] = 99999
     result = validate(graph)
-    assert result.returncode == 2 and "node 1 (EmptyImage) input 'width'" in result.stdout
+    assert result.returncode == 2 and "node 1 (EmptyImage) input 'width'" in result.stdout + result.stderr
