@@ -20,11 +20,11 @@ ck = pytest.importorskip("comfy_kitchen", reason="real comfy-kitchen tensors are
 
 import torch  # noqa: E402
 from alloc_tracker import Allocations  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 from comfy_kitchen.tensor import QuantizedTensor  # noqa: E402
 from h3kit.adapters import kitchen  # noqa: E402
 from h3kit.nodes.lowvram import H3KitChunkFeedForward, H3KitLowVRAMAttention  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from lowvram_fakes import (  # noqa: E402
     BaseModel,
     FakeModelPatcher,
