@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
+
+from ..checks.facts import parse_version  # noqa: F401 - the version parser, re-exported for the host's callers
 
 LOG = logging.getLogger("H3Kit")
 
@@ -33,24 +35,20 @@ def host_loaded(name: str = "folder_paths") -> bool:
     return name in sys.modules
 
 
+def running_host_node_ids() -> set[str] | None:
+    """Inside ComfyUI: the node ids its registry holds (never imports ComfyUI); None outside it. The installable
+    fork's registry is a Mapping shim, not a dict (complete while a prompt runs, which is when the H3KitPreflight
+    node asks)."""
+    module = sys.modules.get("nodes") if host_loaded("nodes") else None
+    mappings = getattr(module, "NODE_CLASS_MAPPINGS", None)
+    return set(mappings) if isinstance(mappings, Mapping) else None
+
+
 def comfyui_version() -> str | None:
     """The running ComfyUI's version string, or None outside ComfyUI."""
     if not host_loaded("comfyui_version"):
         return None
     return getattr(sys.modules["comfyui_version"], "__version__", None)
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """'0.34.0' -> (0, 34, 0); non-numeric tails are ignored ('0.3.64rc1' -> (0, 3, 64))."""
-    parts: list[int] = []
-    for piece in text.strip().lstrip("v").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece else ""
-        if not digits:
-            break
-        parts.append(int(digits))
-        if not piece.isdigit():
-            break
-    return tuple(parts)
 
 
 def model_folder(kind: str, env_var: str | None = None) -> Path:

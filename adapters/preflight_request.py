@@ -21,6 +21,7 @@ from typing import Any
 
 from ..checks.facts import MAX_WORKFLOW_DEPTH
 from ..checks.graph import node_shape_problem
+from ..checks.invocation import command
 from . import bounded_json
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a 10,000-node graph with long prompts is about 10 MB
@@ -86,7 +87,7 @@ def prompt_graph(body: Any) -> tuple[dict, Any]:
         raise RequestRefused(400, "the 'prompt' graph has no nodes")
     if len(graph) > MAX_NODES:
         raise RequestRefused(413, f"the graph has {len(graph):,} nodes; at most {MAX_NODES:,} are checked",
-                             "check a smaller graph, or use `python -m h3kit validate FILE`")
+                             f"check a smaller graph, or use `{command('validate FILE')}`")
     for node_id, node in graph.items():
         problem = node_shape_problem(node_id, node)
         if problem is not None and _never_sent_by_an_editor(node):

@@ -303,7 +303,7 @@ def register_prompt_adapter(prompt_server: Any) -> bool:
     add = getattr(prompt_server, "add_on_prompt_handler", None)
     if not callable(add):
         log_once("prompt_adapter", "H3Kit: this ComfyUI has no on-prompt handlers, so prompts queued by other clients "
-                 "are not adapted to its input layout; `python -m h3kit run` and the editor's preflight still adapt")
+                 f"are not adapted to its input layout; `{command('run')}` and the editor's preflight still adapt")
         return False
     add(adapt_queued_prompt)
     return True

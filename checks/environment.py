@@ -17,8 +17,8 @@ from pathlib import Path
 from re import compile as regex
 from typing import Any
 
-from ..adapters.host import comfyui_version, parse_version
-from .facts import MIN_COMFYUI, MIN_KITCHEN, MIN_TORCH_CUDA_MAJOR, version_text
+from ..adapters.host import comfyui_version
+from .facts import MIN_COMFYUI, MIN_KITCHEN, MIN_TORCH_CUDA_MAJOR, parse_version, version_text
 from .invocation import clone_command
 from .problem import FAIL, PASS, WARN, Check
 

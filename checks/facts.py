@@ -61,6 +61,19 @@ F01_GARBAGE_STACK = ((0, 30, 0), (0, 2, 26))
 MIN_TORCH_CUDA_MAJOR = 13  # kitchen's CUDA backend (FP4 GEMM) needs a CUDA 13 torch build (F12)
 
 
+def parse_version(text: str) -> tuple[int, ...]:
+    """'0.34.0' -> (0, 34, 0); non-numeric tails are ignored ('0.3.64rc1' -> (0, 3, 64))."""
+    parts: list[int] = []
+    for piece in text.strip().lstrip("v").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break
+    return tuple(parts)
+
+
 def version_text(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 

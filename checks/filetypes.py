@@ -32,6 +32,10 @@ KINDS = {k.key: k for k in (
     FileKind("mp4", "an MP4/MOV video", (".mp4", ".mov", ".m4v")),
     FileKind("webm", "a WebM video", (".webm",)),
     FileKind("mkv", "a Matroska (MKV) video", (".mkv",)),
+    FileKind("wav", "a WAV audio file", (".wav",)),
+    FileKind("flac", "a FLAC audio file", (".flac",)),
+    FileKind("ogg", "an Ogg audio file", (".ogg", ".opus")),
+    FileKind("mp3", "an MP3 audio file", (".mp3",)),
     FileKind("torch_zip", "a PyTorch torch.save file (a zip of pickles)", (".pt", ".pth", ".ckpt", ".cond", ".bin")),
     FileKind("zip", "a zip archive", (".zip",)),
     FileKind("pickle", "a Python pickle (e.g. an old torch.save file)", (".pt", ".pth", ".pkl", ".ckpt", ".cond")),
@@ -47,6 +51,7 @@ KINDS = {k.key: k for k in (
 )}
 IMAGE_KINDS = frozenset({"png", "jpeg", "webp", "gif"})
 VIDEO_KINDS = frozenset({"mp4", "webm", "mkv"})
+AUDIO_KINDS = frozenset({"wav", "flac", "ogg", "mp3"})
 
 
 def _is_safetensors(head: bytes) -> bool:
@@ -99,6 +104,14 @@ def sniff(head: bytes) -> FileKind:
         key = "jpeg"
     elif head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         key = "webp"
+    elif head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        key = "wav"
+    elif head.startswith(b"fLaC"):
+        key = "flac"
+    elif head.startswith(b"OggS"):
+        key = "ogg"
+    elif head.startswith(b"ID3") or head[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2"):
+        key = "mp3"
     elif head[:6] in (b"GIF87a", b"GIF89a"):
         key = "gif"
     elif head[4:8] == b"ftyp":

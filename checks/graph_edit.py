@@ -9,12 +9,16 @@ import json
 import random
 from typing import Any
 
+from .filetypes import AUDIO_KINDS, IMAGE_KINDS, VIDEO_KINDS, sniff_file
 from .graph import inputs_of
 from .problem import printable
 
 SEED_INPUTS = ("seed", "noise_seed")
 UPLOAD_FLAGS = ("image_upload", "audio_upload", "video_upload", "input_files")
 UPLOAD_FALLBACK_INPUT = {"LoadImage": "image", "LoadAudio": "audio", "LoadVideo": "file"}
+UPLOAD_KINDS = {"LoadImage": (IMAGE_KINDS, "an image (PNG, JPEG, WebP, GIF)"),
+                "LoadVideo": (VIDEO_KINDS, "a video (MP4, WebM, MKV)"),
+                "LoadAudio": (AUDIO_KINDS | VIDEO_KINDS, "audio (WAV, FLAC, Ogg, MP3, or a video's sound)")}
 MAX_SEED = 2**53 - 1  # JSON-safe and within every core seed widget's max
 
 
@@ -126,3 +130,14 @@ def parse_upload(item: str, graph: dict) -> tuple[str, str]:
     if not sep or not path:
         raise GraphEditError(f"--upload '{printable(item)}': expected NODE=PATH")
     return find_node(graph, ref), path
+
+
+def check_upload_kind(item: str, class_type: str, path: str) -> None:
+    """--upload NODE=PATH: the file must be what the loader reads (recognised by its first bytes)."""
+    kind = sniff_file(path)
+    if kind is None:
+        raise GraphEditError(f"--upload '{printable(item)}': {printable(path)} cannot be read")
+    wanted = UPLOAD_KINDS.get(class_type)
+    if wanted is not None and kind.key not in wanted[0]:
+        raise GraphEditError(f"--upload '{printable(item)}': {printable(path)} is {kind.text}, but {class_type} loads "
+                             f"{wanted[1]}; pass such a file")

@@ -11,7 +11,7 @@ Inside ComfyUI (a node's or the server's message) nobody typed a command: the pa
 
 from __future__ import annotations
 
-import shlex
+import re
 import sys
 from pathlib import Path
 
@@ -21,7 +21,7 @@ CONSOLE_SCRIPT = "h3kit"
 
 
 def _console_script(argv0: str) -> bool:
-    name = Path(argv0).name.lower()
+    name = re.split(r"[\\/]", argv0)[-1].lower()  # either separator: a Windows path read anywhere
     for suffix in (".exe", "-script.py", ".py"):
         name = name.removesuffix(suffix)
     return name == CONSOLE_SCRIPT
@@ -43,7 +43,7 @@ def _typed_path(argv0: str) -> str:
     text = argv0.rstrip("/\\") or "."
     if Path(text).name == "__main__.py":
         text = str(Path(text).parent)
-    return shlex.quote(text) if any(c.isspace() for c in text) else text
+    return f'"{text}"' if any(c.isspace() for c in text) else text  # double quotes: bash, cmd and PowerShell
 
 
 def cli_command(argv: list[str] | None = None, main_module=None, pack_root: Path | None = None) -> str:
@@ -55,10 +55,10 @@ def cli_command(argv: list[str] | None = None, main_module=None, pack_root: Path
     spec_name = getattr(getattr(main_module, "__spec__", None), "name", "") or ""
     if spec_name == f"{PACKAGE}.__main__":
         return f"python -m {PACKAGE}"
+    if argv0 and main_module is not None and _ran_as_clone(main_module, root):  # before the name: a clone may be
+        return f"python {_typed_path(argv0)}"                                   # in a folder called h3kit
     if argv0 and _console_script(argv0):
         return CONSOLE_SCRIPT
-    if argv0 and main_module is not None and _ran_as_clone(main_module, root):
-        return f"python {_typed_path(argv0)}"
     if root.parent.name == "custom_nodes":  # inside ComfyUI, or imported from a clone there
         return f"python custom_nodes/{_typed_path(root.name)}"
     return f"python -m {PACKAGE}"

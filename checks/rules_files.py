@@ -16,6 +16,7 @@ from ..adapters.files import regular_file_problem
 from ..adapters.safetensors_file import SafetensorsHeaderError as HeaderError
 from ..adapters.safetensors_file import read_header as read_safetensors_header
 from .facts import H3_EMBEDDING_WIDTH
+from .filetypes import sniff_file
 from .graph import input_kind, nodes_of, resolved
 from .model_files import FOLDER_ALIASES
 from .problem import Problem
@@ -74,6 +75,12 @@ def is_quantized(header: dict[str, Any]) -> bool:
 
 
 def header_problems(nid: str, ct: str, name: str, folder: str, path: Path) -> list[Problem]:
+    if path.suffix.lower() == ".gguf":
+        kind = sniff_file(path)
+        if kind is not None and kind.key != "gguf":
+            return [Problem(nid, ct, name, path.name, f"{path} is {kind.text}, not a GGUF model file",
+                            "download the file again (compare its size with the source)")]
+        return []
     if path.suffix.lower() != ".safetensors":
         return []
     try:

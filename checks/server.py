@@ -1,15 +1,13 @@
 """Checks of a running ComfyUI: version (F01), its torch build (F12), every node of a workflow registered
-(F35), the model files it names present. The server is reached through adapters/comfy_client.py.
+(F35), the model files it names present. Pure: judged from the server's answers, which adapters/server_probe.py
+reads through the client (adapters/comfy_client.py).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..adapters.comfy_client import BadResponse, ComfyClient, ComfyError
-from ..adapters.host import host_loaded, parse_version
 from .environment import cuda_major_from_torch_tag
 from .facts import (
     F01_CORRECT_STACK,
@@ -17,6 +15,7 @@ from .facts import (
     MIN_COMFYUI,
     MIN_KITCHEN,
     MIN_TORCH_CUDA_MAJOR,
+    parse_version,
     version_text,
 )
 from .graph import nodes_of, upstream_of_inputs, well_formed
@@ -24,7 +23,7 @@ from .model_files import folder_name, how_to_get
 from .problem import FAIL, PASS, WARN, Check
 from .rules_files import model_inputs
 from .rules_lints import SAMPLER_NODES, is_refine, sigmas_of
-from .schemas import core_document, core_since, providing_pack, server_schemas, unknown_node_advice
+from .schemas import core_document, core_since, providing_pack, unknown_node_advice
 
 GUARD_NODE = "H3KitLatentGuard"  # with a 'reference', its correlation check stops a garbage refine (F01)
 MINIMUM = version_text(MIN_COMFYUI)
@@ -35,14 +34,6 @@ def native_h3_nodes() -> frozenset[str]:
     """The core MiniMax-H3 node ids (from the pinned schemas): a host that serves one has native H3."""
     return frozenset(name for name, info in core_document()["nodes"].items()
                      if "MiniMaxH3" in name and info.get("pack", "core") == "core")
-
-
-def running_host_node_ids() -> set[str] | None:
-    """Inside ComfyUI: the ids its node registry holds (never imports ComfyUI). The installable fork's registry
-    is a Mapping shim, not a dict (complete while a prompt runs, which is when the H3KitPreflight node asks)."""
-    module = sys.modules.get("nodes") if host_loaded("nodes") else None
-    mappings = getattr(module, "NODE_CLASS_MAPPINGS", None)
-    return set(mappings) if isinstance(mappings, Mapping) else None
 
 
 def refine_guard_state(graph: dict | None) -> tuple[list[str], list[str]]:
@@ -85,8 +76,9 @@ def comfyui_version_check(version: str | None, graph: dict | None, node_ids: Ite
     the running ComfyUI's registry): forks number differently (0.12.1 has LTX-2 AV, no native H3). A host that
     serves native H3 is never FAILed for its version: the check states where its stack stands against the two
     data points (`kitchen`: its comfy-kitchen version where known, inside ComfyUI) and whether the workflow's
-    refine is guarded by H3KitLatentGuard's correlation check, which stops a garbage refine at run time."""
-    ids = set(node_ids) if node_ids is not None else running_host_node_ids()
+    refine is guarded by H3KitLatentGuard's correlation check, which stops a garbage refine at run time.
+    `node_ids` None: the node list was not read (the check then cannot tell whether the host serves native H3)."""
+    ids = set(node_ids) if node_ids is not None else None
     shown = version or "(no version reported)"
     if ids is not None and not ids & native_h3_nodes():
         lacking = sorted({n.get("class_type") for n in graph.values() if isinstance(n, dict)
@@ -168,7 +160,8 @@ def missing_node_checks(graph: dict, available: Iterable[str], disabled: Disable
 
 
 def server_model_list(server_schemas: dict, fetch: Callable[[str], Any], ct: str, name: str, folder: str) -> list[str] | None:
-    """The file names the server offers for a loader input: its /object_info combo, else GET /models/<folder>."""
+    """The file names the server offers for a loader input: its /object_info combo, else GET /models/<folder>
+    (`fetch`: the server's JSON answer for a route, None when it cannot be read)."""
     info = server_schemas.get(ct, {}).get("input", {})
     spec = {**info.get("required", {}), **info.get("optional", {})}.get(name)
     if spec:
@@ -176,10 +169,7 @@ def server_model_list(server_schemas: dict, fetch: Callable[[str], Any], ct: str
         options = head if isinstance(head, list) else (spec[1].get("options") if len(spec) > 1 and isinstance(spec[1], dict) else None)
         if isinstance(options, list):
             return [str(o) for o in options]
-    try:
-        listed = fetch(f"/models/{folder}")
-    except ComfyError:
-        return None
+    listed = fetch(f"/models/{folder}")
     return [str(x) for x in listed] if isinstance(listed, list) else None
 
 
@@ -200,51 +190,29 @@ def model_file_checks(graph: dict, server_schemas: dict, fetch: Callable[[str], 
     return checks
 
 
-def server_checks(client: ComfyClient, graph: dict | None, disabled: Disabled | None = None,
-                  pack_of: Callable[[str], str | None] | None = None) -> tuple[list[Check], dict | None, int]:
-    """(checks, the server's /object_info or None, exit code of the connection: 0, or 3/4/1 from the client)."""
+def host_checks(server: str, stats: Any, object_info: dict, graph: dict | None, fetch: Callable[[str], Any],
+                disabled: Disabled | None = None, pack_of: Callable[[str], str | None] | None = None) -> list[Check]:
+    """doctor --server's checks of one host, from its answers: /system_stats (`stats`), /object_info, and `fetch`
+    for further routes (None when one cannot be read). adapters/server_probe.py asks the server."""
     graph = None if graph is None else well_formed(graph)  # malformed nodes are the workflow checks' to report
-    try:
-        stats = client.get_json("/system_stats")
-    except ComfyError as exc:
-        return [Check(FAIL, "server", str(exc), "start ComfyUI or pass the right --server URL")], None, exc.exit_code
     system = stats.get("system", {}) if isinstance(stats, dict) else {}
     system = system if isinstance(system, dict) else {}
     devices = stats.get("devices", []) if isinstance(stats, dict) else []
     names = ", ".join(str(d.get("name")) for d in devices if isinstance(d, dict)) if isinstance(devices, list) else ""
-    try:
-        object_info = read_schemas(client)
-    except ComfyError as exc:
-        return [Check(PASS, "server", f"{client.server} answers /system_stats"),
-                Check(FAIL, "server", str(exc), "check the server log")], None, exc.exit_code
-    checks = [Check(PASS, "server", f"{client.server} answers; devices: {names or 'none reported'}"),
-              comfyui_version_check(_text(system.get("comfyui_version")), graph, object_info),
+    checks = [Check(PASS, "server", f"{server} answers; devices: {names or 'none reported'}"),
+              comfyui_version_check(reported_version(stats), graph, object_info),
               server_torch_check(_text(system.get("pytorch_version")) or "",
                                  devices if isinstance(devices, list) else None)]
     if graph is not None:
         checks += missing_node_checks(graph, object_info, disabled, pack_of)
-        checks += model_file_checks(graph, object_info, client.get_json)
-    return checks, object_info, 0
+        checks += model_file_checks(graph, object_info, fetch)
+    return checks
 
 
-def read_schemas(client: ComfyClient, route: str = "/object_info") -> dict[str, dict]:
-    """The server's node schemas (all, or the one node of `route` = /object_info/<type>), each entry checked
-    (checks.schemas.server_schemas) before anything is built from it."""
-    info = client.object_info() if route == "/object_info" else client.get_json(route)
-    if not isinstance(info, dict):
-        raise BadResponse(f"{client.server}{route} is not a JSON object")
-    return server_schemas(info)
-
-
-def server_version_check(client: ComfyClient, graph: dict | None, object_info: dict) -> Check:
-    """The F01 line for `run` and `validate --server` (doctor reads /system_stats itself): the same rule."""
-    try:
-        stats = client.get_json("/system_stats")
-    except ComfyError as exc:
-        return Check(WARN, "comfyui version", f"cannot read the server's version ({exc})", "check the server log")
+def reported_version(stats: Any) -> str | None:
+    """The ComfyUI version a /system_stats answer reports, or None."""
     system = stats.get("system", {}) if isinstance(stats, dict) else {}
-    version = _text(system.get("comfyui_version")) if isinstance(system, dict) else None
-    return comfyui_version_check(version, None if graph is None else well_formed(graph), object_info)
+    return _text(system.get("comfyui_version")) if isinstance(system, dict) else None
 
 
 def _text(value: Any) -> str | None:

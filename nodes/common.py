@@ -69,3 +69,16 @@ class Report:
 
 def category(area: str) -> str:
     return f"{CATEGORY_ROOT}/{area}"
+
+
+def install_sampling_summary(patched: Any, key: str, wrapper: Any, report: Report) -> None:
+    """Add an OUTER_SAMPLE wrapper (a per-sampling count summary) to a cloned patcher; a host without wrappers
+    is a reported fallback (the node itself still works)."""
+    from ..adapters.host import HostUnavailable, host_module
+
+    try:
+        wrappers = host_module("comfy.patcher_extension").WrappersMP
+        patched.add_wrapper_with_key(wrappers.OUTER_SAMPLE, key, wrapper)
+    except (HostUnavailable, AttributeError) as exc:
+        report.fallback("no_wrapper", f"no per-sampling count summary in the log ({type(exc).__name__}: {exc}); "
+                                      "the node still works")

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module
+from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module, running_host_node_ids
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
 from ..checks import facts, server
 from ..checks.rules_lints import effect_prompt_wiring
@@ -418,7 +418,7 @@ def _selected_effects(effects: list[str]) -> list[str]:
 def _version_note(report: Report) -> None:
     """Effect rows go into the host's MiniMax-H3 conditioning: said when this ComfyUI serves no native H3 (read from
     its node registry, not its version number: 0.33.0 has it, the 0.12.1 fork has not)."""
-    ids = server.running_host_node_ids()
+    ids = running_host_node_ids()
     if ids is not None and not ids & server.native_h3_nodes():
         report.warn(f"ComfyUI {comfyui_version() or '(version unknown)'} serves no native MiniMax-H3 nodes (read from "
                     "its node list): the effect rows need its H3 text encoder and conditioning")

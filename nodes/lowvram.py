@@ -437,16 +437,21 @@ class H3KitLowVRAMAttention:
                    family: str) -> None:
         key = f"{target.key}.forward"
         existing = _existing_patch(patched, key)
-        if existing is not None and getattr(existing, "h3kit_patch", None) != "lowvram_attention":
+        outer = existing if getattr(existing, "wraps_inner", False) else None  # H3Kit's Turing fp16 cast: stays outside
+        current = outer.inner if outer is not None else existing
+        if outer is not None and getattr(current, "h3kit_patch", None) != "lowvram_attention":
+            original = current  # the forward the cast wraps (the module's own, or another node's patch)
+        elif current is not None and getattr(current, "h3kit_patch", None) != "lowvram_attention":
             counts["kept_foreign"] += 1
             report.fallback(f"foreign:{family}", f"{target.key}: another node already patched this forward; left as is")
             return
-        original = existing.original if existing is not None else patched.get_model_object(key)
+        else:
+            original = current.original if current is not None else patched.get_model_object(key)
         if target.kind == "h3_attn":
             patch = H3AttentionPatch(target.module, planner, ledger, original)
         else:
             patch = LTXAttentionPatch(target.module, planner, ledger, original)
-        patched.add_object_patch(key, patch)
+        patched.add_object_patch(key, outer.with_inner(patch) if outer is not None else patch)
         counts["patched"] += 1
 
 

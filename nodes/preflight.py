@@ -84,12 +84,13 @@ def graph_checks(graph: dict, pasted: bool) -> list[Check]:
 
 
 def environment_checks(graph: dict) -> list[Check]:
-    from ..adapters.host import comfyui_version
+    from ..adapters.host import comfyui_version, running_host_node_ids
 
     checks = environment.local_checks()
     version = comfyui_version()
     if version is not None:
-        checks.append(server.comfyui_version_check(version, graph, kitchen=environment.kitchen_version()))
+        checks.append(server.comfyui_version_check(version, graph, running_host_node_ids(),
+                                                   environment.kitchen_version()))
     return checks
 
 

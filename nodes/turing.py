@@ -1,7 +1,8 @@
 """Turing (sm_75) nodes: per-model compute dtype, and SageAttention 1.0.6 kernels that fit 64 KiB.
 
 H3KitComputeDtype sets the compute dtype of one MODEL through the host's `set_model_compute_dtype`
-and reports what the model will actually compute in. H3KitSageAttention installs
+and reports what the model will actually compute in; for MiniMax-H3 on a GPU without bf16, auto installs
+adapters/turing.H3Fp16Sublayer on every block's attention and feed-forward instead (fp32 residual stream). H3KitSageAttention installs
 `transformer_options["optimized_attention_override"]` running kernels/sage_turing.py; calls it cannot
 serve go to ComfyUI's own attention, counted. The counts exist only at sampling time, after this node
 has produced its report, so a per-sampling summary line is logged by an OUTER_SAMPLE wrapper.
@@ -17,10 +18,16 @@ from typing import Any
 
 import torch
 
-from ..adapters.host import HostUnavailable, host_module
-from ..adapters.turing import device_lacks_bf16, int8_convrot_refine_warning
+from ..adapters.turing import (
+    H3_FP16_SUBLAYERS,
+    Fp16Ledger,
+    H3Fp16Sublayer,
+    device_lacks_bf16,
+    h3_block_count,
+    int8_convrot_refine_warning,
+)
 from ..kernels import sage_turing
-from .common import LOG, H3KitInputError, Report, category, log_once
+from .common import LOG, H3KitInputError, Report, category, install_sampling_summary, log_once
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 OVERRIDE_KEY = "optimized_attention_override"
@@ -67,12 +74,45 @@ def _warn_f10(report: Report, model: Any, capability: tuple[int, int] | None) ->
         report.warn(warning)
 
 
+H3_MIXED = ("mixed: fp16 attention and feed-forward in every block; fp32 residual stream, norms, adaLN modulation, "
+            "embeddings and output heads")
+
+
+def _h3_blocks(model: Any) -> int:
+    try:
+        net = model.get_model_object("diffusion_model")
+    except (AttributeError, KeyError):
+        return 0
+    return h3_block_count(net)
+
+
+def _sublayer_keys(blocks: int) -> list[tuple[str, str]]:
+    return [(f"diffusion_model.blocks.{i}.{name}.forward", name) for i in range(blocks) for name in H3_FP16_SUBLAYERS]
+
+
+def _without_fp16_sublayers(patched: Any, blocks: int) -> int:
+    """Unwrap H3Fp16Sublayer patches of a clone (an explicit dtype means that dtype everywhere); how many."""
+    removed = 0
+    for key, _name in _sublayer_keys(blocks):
+        current = getattr(patched, "object_patches", {}).get(key)
+        if getattr(current, "h3kit_patch", None) == "turing_fp16":
+            inner = current.inner
+            if getattr(inner, "__self__", None) is not None and getattr(inner, "__name__", "") == "forward":
+                del patched.object_patches[key]  # the module's own forward: no patch left
+            else:
+                patched.add_object_patch(key, inner)
+            removed += 1
+    return removed
+
+
 class H3KitComputeDtype:
     DISPLAY_NAME = "H3Kit Compute Dtype"
     CATEGORY = category("Turing")
-    DESCRIPTION = ("Sets the dtype one MODEL computes in (auto = fp16 on GPUs without bf16 such as RTX 20xx, "
-                   "otherwise unchanged) and reports the dtype actually used. Works for quantized models, "
-                   "which --fp16-unet does not reach.")
+    DESCRIPTION = ("Sets the dtype one MODEL computes in and reports the dtype actually used; works for quantized "
+                   "models, which --fp16-unet does not reach. auto on GPUs without bf16 (RTX 20xx): LTX computes "
+                   "in fp16; MiniMax-H3 runs attention and feed-forward in fp16 and keeps its residual stream, norms "
+                   "and modulation in fp32 (all-fp16 saturates there, docs/turing.md), recomputing in fp32 any fp16 "
+                   "result that overflows. Elsewhere auto leaves the model unchanged.")
     FUNCTION = "apply"
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
@@ -84,8 +124,10 @@ class H3KitComputeDtype:
                                            "the input stays unchanged)."}),
             "dtype": (["auto", "fp16", "bf16", "fp32"], {
                 "default": "auto",
-                "tooltip": "auto: fp16 on a GPU without bf16 (sm_75 and older), else keep the model's dtype. "
-                           "fp16/fp32: force. bf16 is refused on GPUs without bf16.",
+                "tooltip": "auto: on a GPU without bf16 (sm_75 and older) LTX computes in fp16 and MiniMax-H3 in "
+                           "mixed fp16/fp32 (fp16 attention and feed-forward, fp32 residual stream); elsewhere "
+                           "the model's dtype is kept. fp16/fp32: everything in that dtype. bf16 is refused on GPUs "
+                           "without bf16.",
             }),
         }}
 
@@ -94,21 +136,52 @@ class H3KitComputeDtype:
         capability = device_capability(getattr(model, "load_device", None))
         before = compute_dtype_of(model)
         target = resolve_compute_dtype(dtype, capability)
+        blocks = _h3_blocks(model)
         report.set(choice=dtype, device=str(getattr(model, "load_device", None)),
                    capability=f"sm_{capability[0]}{capability[1]}" if capability else None,
                    weight_dtype=_dtype_name(model.model_dtype()), compute_dtype_before=_dtype_name(before))
         _warn_f10(report, model, capability)
+        if blocks and dtype == "auto" and target == torch.float16:
+            return self._h3_mixed(model, blocks, before, report)
         if target is None:
             reason = "no CUDA device" if capability is None else "the device computes bf16 natively"
             report.set(compute_dtype=_dtype_name(before), changed=False, note=f"auto: left unchanged ({reason})")
             return model, report.json()
         patched = model.clone()
+        if blocks and _without_fp16_sublayers(patched, blocks):
+            report.set(note="the mixed fp16 patches of an earlier H3KitComputeDtype were removed")
         patched.set_model_compute_dtype(target)
         used = compute_dtype_of(patched)
         report.set(compute_dtype=_dtype_name(used), changed=used != before)
+        if blocks and used == torch.float16:
+            report.warn("MiniMax-H3 entirely in fp16: its residual stream can saturate at 65504 and turn the video "
+                        "black without an error (docs/turing.md); auto keeps it in fp32")
         if used != target:
             report.fallback("not_applied", f"asked for {_dtype_name(target)} but the model reports "
                                            f"{_dtype_name(used)}; the host ignored set_model_compute_dtype")
+        return patched, report.json()
+
+    @staticmethod
+    def _h3_mixed(model: Any, blocks: int, before: torch.dtype | None, report: Report) -> tuple[Any, str]:
+        patched = model.clone()
+        cast = patched.get_model_object("manual_cast_dtype")
+        if before != torch.float32 or cast is None:
+            # The residual stream follows the model's compute dtype, and the fp16 sublayers need layers that cast
+            # their weights to the input's dtype (manual cast; quantized models on sm_75 already are). Forcing the
+            # cast makes quantized layers dequantize, so it is done only when the model lacks one of the two.
+            patched.set_model_compute_dtype(torch.float32)
+            report.set(note=f"compute dtype set to float32 (was {_dtype_name(before)}, manual cast "
+                            f"{_dtype_name(cast)}): layers now cast their weights per call")
+        ledger = Fp16Ledger()
+        for key, name in _sublayer_keys(blocks):
+            current = patched.get_model_object(key)
+            if getattr(current, "h3kit_patch", None) == "turing_fp16":
+                current = current.inner  # re-applying replaces our own cast instead of nesting it
+            patched.add_object_patch(key, H3Fp16Sublayer(current, name, ledger))
+        report.set(compute_dtype=H3_MIXED, compute_dtype_after=_dtype_name(compute_dtype_of(patched)),
+                   changed=True, h3_blocks=blocks,
+                   overflow="an fp16 attention or feed-forward result that is not finite is recomputed in fp32 for "
+                            "that call; each new outcome is logged once (logger H3Kit)")
         return patched, report.json()
 
 
@@ -270,7 +343,7 @@ class H3KitSageAttention:
                         "kernels cannot serve go to it")
         override = SageAttentionOverride(config, previous)
         transformer_options[OVERRIDE_KEY] = override
-        _install_summary_wrapper(patched, override, report)
+        install_sampling_summary(patched, WRAPPER_KEY, override.sampling_wrapper, report)
         head_dim_plan = {hd: _describe_config(override, capability, hd) for hd in sage_turing.SUPPORTED_HEAD_DIMS}
         report.set(sageattention=versions[0], triton=versions[1], launch=head_dim_plan,
                    counts="logged after each sampling: look for 'H3KitSageAttention: sampling done' in the "
@@ -306,15 +379,6 @@ def _package_versions(report: Report) -> tuple[str, str] | None:
         report.warn(f"sageattention {sage_version} is installed; this launcher was written against 1.0.6's "
                     "kernel signatures (calls that do not match fall back, counted)")
     return sage_version, triton.__version__
-
-
-def _install_summary_wrapper(patched: Any, override: SageAttentionOverride, report: Report) -> None:
-    try:
-        wrappers = host_module("comfy.patcher_extension").WrappersMP
-        patched.add_wrapper_with_key(wrappers.OUTER_SAMPLE, WRAPPER_KEY, override.sampling_wrapper)
-    except (HostUnavailable, AttributeError) as exc:
-        report.fallback("no_wrapper", f"no per-sampling count summary in the log ({type(exc).__name__}: {exc}); "
-                                      "the override still works")
 
 
 NODES = [H3KitComputeDtype, H3KitSageAttention]

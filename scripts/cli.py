@@ -12,7 +12,7 @@ import sys
 from importlib import import_module
 
 from ..adapters.crash_log import unexpected_error
-from ..checks.facts import EXIT_INTERRUPTED
+from ..checks.facts import EXIT_FAILED, EXIT_INTERRUPTED
 from ..checks.invocation import cli_command
 from ..checks.problem import printable
 from ..nodes.conditioning_cache import pack_version
@@ -32,8 +32,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 EXIT_TABLE_HINT = "README, section 'Exit codes and output'"
 
 
+# What main() itself may return for any command (its top-level handler), under each command's own statuses.
+COMMON_STATUSES = {EXIT_FAILED: "an unexpected error: one line here, the traceback in a crash log",
+                   EXIT_INTERRUPTED: "interrupted (Ctrl-C)"}
+
+
+def statuses_of(module) -> dict[int, str]:
+    """Every exit code a command can end with: its own EXIT_STATUSES and main()'s."""
+    own = module.EXIT_STATUSES
+    return {**COMMON_STATUSES, **own, **({EXIT_FAILED: f"{own[EXIT_FAILED]}; or {COMMON_STATUSES[EXIT_FAILED]}"}
+                                         if EXIT_FAILED in own else {})}
+
+
 def exit_epilog(statuses: dict[int, str]) -> str:
-    """'exit status: 0 ...; 2 ...' for a command's --help, from its EXIT_STATUSES."""
+    """'exit status: 0 ...; 2 ...' for a command's --help, from statuses_of(module)."""
     return "exit status: " + "; ".join(f"{code} {text}" for code, text in sorted(statuses.items())) + \
         f". Errors and warnings go to stderr, results to stdout ({EXIT_TABLE_HINT})."
 
@@ -57,7 +69,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=summary, description=(module.__doc__ or summary).strip(),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command)
-        command.epilog = exit_epilog(module.EXIT_STATUSES)
+        command.epilog = exit_epilog(statuses_of(module))
         command.set_defaults(_run=module.run)
     return parser
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline
 from ..adapters.files import is_folder
+from ..adapters.server_probe import server_checks
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph import well_formed
 from ..checks.problem import FAIL, PASS, WARN, Check, printable
 from ..checks.rules_files import folder_locator, model_input_keys
-from ..checks.server import server_checks
 from ..checks.validator import looks_like_ui_format
 from ..checks.workflow import default_models_dir, load_graph, missing_file_checks, workflow_checks
 from . import console
@@ -34,8 +34,9 @@ from . import schemas as schema_src
 EXIT_STATUSES = {
     EXIT_OK: "no FAIL (WARN lines may be printed)",
     EXIT_FAILED: "a FAIL of this machine or the server (packages, GPU, versions, a missing node or model file)",
-    EXIT_INVALID: "the workflow has errors or is not a readable JSON workflow, a --models-dir that is not a "
-                  "folder, or bad arguments",
+    EXIT_INVALID: "the workflow has errors (a model file it names that is broken or not what its name says "
+                  "included, F13/F14) or is not a readable JSON workflow, a --models-dir that is not a folder, or "
+                  "bad arguments",
     EXIT_TIMEOUT: "--server did not answer in time",
     EXIT_UNREACHABLE: "--server is unreachable",
 }
@@ -64,6 +65,8 @@ def optional_node_checks() -> list[Check]:
 def model_checks(graph: dict, schemas: dict, models_dir: Path | None, explicit: bool) -> tuple[list[Check], int]:
     """Offline: every model file the workflow names must be in the models folder (FAIL, exit 1; WARN where the
     graph runs without it). Without a folder nothing can be checked: a WARN that says how to give one."""
+    if not model_input_keys(graph, schemas):
+        return [Check(PASS, "model files", "the workflow names no model file")], EXIT_OK
     if models_dir is None:
         return [Check(WARN, "model files", "not checked: no models folder given and no ComfyUI folder found here",
                       "pass --models-dir ComfyUI/models, or run doctor from the ComfyUI folder")], EXIT_OK

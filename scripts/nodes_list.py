@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..checks.facts import EXIT_FAILED, EXIT_OK
+from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from . import console
 
-EXIT_STATUSES = {EXIT_OK: "every node module imported", EXIT_FAILED: "a node module failed to import (named on stderr)"}
+EXIT_STATUSES = {EXIT_OK: "every node module imported", EXIT_FAILED: "a node module failed to import (named on stderr)",
+                 EXIT_INVALID: "bad arguments"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,12 +32,14 @@ from ..adapters.comfy_client import (
     normalise_server,
 )
 from ..adapters.crash_log import unexpected_error
+from ..adapters.server_probe import read_schemas, server_version_check
 from ..checks.expect import expected_video
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph_edit import (
     GraphEditError,
     apply_seed,
     apply_sets,
+    check_upload_kind,
     job_seeds,
     no_seed_advice,
     parse_upload,
@@ -48,7 +50,6 @@ from ..checks.host_layout import adapt_graph
 from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
-from ..checks.server import read_schemas, server_version_check
 from ..checks.validator import load_graph_file, validate_with_rules
 from ..nodes.conditioning_cache import pack_version
 from . import console
@@ -282,7 +283,9 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
         nid, path = parse_upload(item, graph)
         if not Path(path).is_file():
             raise GraphEditError(f"--upload '{item}': {path} is not a file")
-        name = upload_input_name(object_info, str(graph[nid].get("class_type", "")))
+        class_type = str(graph[nid].get("class_type", ""))
+        check_upload_kind(item, class_type, path)
+        name = upload_input_name(object_info, class_type)
         if name is None:
             raise GraphEditError(f"--upload '{item}': node {nid} ({graph[nid].get('class_type')}) has no file input")
         saved = client.upload(Path(path))

@@ -4,8 +4,10 @@ One `Editor` per page. Where frontends differ it branches on what the page itsel
 (`window.__COMFYUI_FRONTEND_VERSION__`) or the presence of the newer UI's test ids. Known differences:
 - templates: 1.27 lists pack templates under "Custom Nodes" (PrimeVue listbox, `.template-card`); 1.58 under
   "Extensions" (`[data-testid=template-workflow-<name>]`).
-- missing nodes: 1.27 and 1.40 open a dialog listing them; 1.58 shows an "N issues found" overlay whose "View
-  details" opens the Issues tab (`[data-testid=error-group-missing-node]`), and loads what it can of an API file.
+- load problems: 1.27 and 1.40 open a dialog listing missing nodes (or models); 1.49 and 1.58 show one "N errors
+  found" overlay for every kind of problem, whose "View details" opens a panel with a group per kind
+  (`[data-testid=error-group-missing-node]`, `...-missing-model` for model files the server lacks,
+  `...-missing-media`), and load what they can of an API file. `Editor.load_report` reads them by kind.
 - toasts: 1.27 PrimeVue `.p-toast-message-<severity>`; 1.58 `li[data-testid=toast][data-toast-kind]`.
 Playwright drives the system Chromium (never a downloaded one).
 
@@ -18,6 +20,7 @@ that stays blocked by an unreachable script raises `EditorBlocked` naming the UR
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from comfyui_host import combo_options
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
@@ -136,6 +140,102 @@ UNREGISTERED = """async () => {
 }"""
 
 
+# the error panel's groups (1.49 on), one per kind of problem; display-message is a group's caption, not a group
+ERROR_GROUPS = "[data-testid^=error-group-]:not([data-testid=error-group-display-message])"
+# what the dialogs of 1.27 and 1.40 say (English UI): node types vs model files the server lacks
+DIALOG_KINDS = (
+    ("missing-model", ("models were not found", "missing models")),
+    ("missing-node", ("node types were not found", "some nodes are missing", "missing nodes")),
+)
+
+
+def dialog_kind(text: str) -> str:
+    """The kind of problem a frontend dialog reports, from its text; "dialog" for any other dialog."""
+    lowered = text.lower()
+    return next((kind for kind, phrases in DIALOG_KINDS if any(p in lowered for p in phrases)), "dialog")
+
+
+FILE_KINDS = ("missing-model", "missing-media")  # what a graph names that a server may not have: not a node
+# how the lines of a missing-file report that name a file end: model weights, then an input folder's media
+FILE_SUFFIXES = {".safetensors", ".sft", ".gguf", ".ckpt", ".pt", ".pth", ".bin",
+                 ".png", ".jpg", ".jpeg", ".webp", ".wav", ".flac", ".mp3", ".mp4", ".webm"}
+
+
+@dataclasses.dataclass
+class AbsentFiles:
+    """What a graph names that a server does not list, by kind (FILE_KINDS): the file names, and the names of
+    the nodes that ask for them (title, type, display name)."""
+
+    files: dict[str, set[str]] = dataclasses.field(default_factory=lambda: {k: set() for k in FILE_KINDS})
+    nodes: dict[str, set[str]] = dataclasses.field(default_factory=lambda: {k: set() for k in FILE_KINDS})
+    node_types: set[str] = dataclasses.field(default_factory=set)
+
+
+def _node_names(node: dict, info: dict) -> set[str]:
+    names = (node.get("_meta", {}).get("title"), node["class_type"], info.get("display_name"))
+    return {name for name in names if isinstance(name, str) and name}  # 0.33.0 serves display_name null for some
+
+
+def absent_files(graph: dict, server_info: dict) -> AbsentFiles:
+    """Every literal combo value of a served node that the served options lack (a combo whose options are file
+    names: the only kind a shipped graph names outside its options). Upload combos are media, others models."""
+    absent = AbsentFiles()
+    for node in graph.values():
+        info = server_info.get(node["class_type"])
+        if info is None:
+            continue
+        specs = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+        for key, value in node["inputs"].items():
+            spec = specs.get(key)
+            if not (isinstance(value, str) and spec and (isinstance(spec[0], list) or spec[0] == "COMBO")):
+                continue
+            if value in [o.get("key") if isinstance(o, dict) else o for o in combo_options(spec)]:
+                continue
+            opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+            kind = "missing-media" if any(opts.get(f"{m}_upload") for m in ("image", "audio", "video")) \
+                else "missing-model"
+            absent.files[kind].add(value)
+            absent.nodes[kind] |= _node_names(node, info)
+            absent.node_types.add(node["class_type"])
+    return absent
+
+
+def named_in_report(texts: list[str], graph: dict, server_info: dict) -> set[str]:
+    """What a missing-file report names: its lines that are a file name (1.49 on list model files one a line) and
+    the graph's nodes a line starts with ("<node title> - image": 1.49 lists media inputs by node)."""
+    lines = [line.strip() for text in texts for line in text.splitlines() if line.strip()]
+    names = {line for line in lines if Path(line).suffix.lower() in FILE_SUFFIXES and " " not in line}
+    for node in graph.values():
+        for name in _node_names(node, server_info.get(node["class_type"], {})):
+            if any(line == name or line.startswith(name + " - ") for line in lines):
+                names.add(name)
+    return names
+
+
+def load_report_problems(report: dict[str, list[str]], graph: dict, server_info: dict) -> list[str]:
+    """How a frontend's load report (`Editor.load_report`) differs from what the server lacks: node types it does
+    not serve are reported as missing nodes (never an H3Kit node, never one it serves), files it does not list as
+    missing models or media (a graph opened on a server without its weights is not missing a node), and nothing
+    else is reported. [] when the report is right."""
+    unknown = {node["class_type"] for node in graph.values()} - set(server_info)
+    problems = [f"the frontend reported {kind}: {report[kind]}" for kind in report
+                if kind not in ("missing-node", *FILE_KINDS)]
+    nodes = "\n".join(report.get("missing-node", []))
+    if nodes and not unknown:
+        problems.append(f"a missing-nodes report although the server serves every node: {nodes[:800]}")
+    problems += [f"the missing-nodes report does not name {t}" for t in sorted(unknown) if t not in nodes]
+    problems += [f"H3Kit node reported missing: {w}" for w in nodes.replace(",", " ").split()
+                 if w.startswith("H3Kit") and w not in unknown]
+    absent = absent_files(graph, server_info)
+    for kind in FILE_KINDS:
+        named, expected = named_in_report(report.get(kind, []), graph, server_info), absent.files[kind] | absent.nodes[kind]
+        if named - expected:
+            problems.append(f"the {kind} report names what the server has: {sorted(named - expected)}")
+        if report.get(kind) and not named:
+            problems.append(f"a {kind} report that names no absent file or node: {report[kind]}")
+    return problems
+
+
 def parse_version(text: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in (text or "0").split(".")[:3] if p.isdigit())
 
@@ -185,7 +285,7 @@ class Editor:
                 f"frontend {'.'.join(map(str, self.version))} at {self.url} threw while registering this server's "
                 f"node definitions ({thrown[0]}); not registered: {', '.join(sorted(unregistered)[:8])}; served "
                 f"definitions without a python_module string: {', '.join(no_module) or 'none'}. Graphs and templates "
-                "do not load reliably in this editor (README, Troubleshooting)")
+                "do not load reliably in this editor (docs/failures.md, 'The graph editor')")
         self.page.keyboard.press("Escape")  # a first-run template dialog, if any
 
     def _blocked_reason(self) -> str:
@@ -195,7 +295,7 @@ class Editor:
         version = self.page.evaluate("window.__COMFYUI_FRONTEND_VERSION__ ?? 'unknown'")
         return (f"frontend {version} at {self.url} never finished loading: the page could not fetch {url} ({failure}) "
                 f"and the host's extension {', '.join(waiting) or '(none names it)'} waits for it; a browser without "
-                f"access to {urlsplit(url).hostname} hangs the same way (README, Troubleshooting). To test this host "
+                f"access to {urlsplit(url).hostname} hangs the same way (docs/failures.md, 'The graph editor'). To test this host "
                 f"offline, set {CDN_MIRROR_ENV} to a folder holding {urlsplit(url).hostname}{urlsplit(url).path}")
 
     @property
@@ -205,7 +305,7 @@ class Editor:
 
     @property
     def newer_ui(self) -> bool:
-        """The reworked template browser (1.40 on); the README's screenshots come from the older UI."""
+        """The reworked template browser (1.40 on)."""
         return self.version >= (1, 40)
 
     def js(self, expression: str, arg=None):
@@ -245,10 +345,12 @@ class Editor:
         entry = self.page.locator(".p-dialog li.p-listbox-option, [role=dialog] *, [data-reka-dialog-content] *") \
             .get_by_text(module, exact=True).first
         try:
-            entry.click(timeout=15_000)
+            entry.wait_for(state="visible", timeout=20_000)
         except PlaywrightTimeout:  # the section that holds pack templates can open collapsed: expand it
-            self.page.get_by_text(self.pack_section, exact=True).first.click()
-            entry.click(timeout=15_000)
+            self.page.get_by_text(self.pack_section, exact=True).first.click(timeout=60_000)
+        # 1.49 is busy for 10-15 s after the browser opens (it renders every template card) and a click waits
+        # for the entry to be stable, which needs rendered frames: a short timeout fails on a visible entry
+        entry.click(timeout=90_000)
         card = self.page.locator(f"[data-testid='template-workflow-{name}']")
         if not card.count():
             card = self.page.locator(".template-card").filter(
@@ -260,23 +362,32 @@ class Editor:
         card.click()
 
     # ------------------------------------------------------------------ what the frontend reports
-    def missing_node_report(self, expected: bool) -> str:
-        """The text in which the frontend names missing nodes: the Issues tab behind "View details" where the page
-        offers one (1.58), else the dialog (1.27 and 1.40 both open one, so the page decides, not the version).
-        `expected`: wait for the report first (1.40 opens its dialog seconds after a large graph is on the canvas)."""
+    def load_report(self, expected: bool) -> dict[str, list[str]]:
+        """What the frontend reported about the graph it just loaded, by kind, read from the page's own content:
+        {"missing-node": [...], "missing-model": [...], "missing-media": [...], ...}, each a list of texts.
+
+        Newer frontends (1.49, 1.58) show one "N errors found" overlay for every kind of problem; its "View
+        details" opens a panel with one group per kind (`data-testid=error-group-<kind>`: a graph whose model
+        files this server lacks gets `missing-model`, not `missing-node`). 1.27 and 1.40 open a dialog per kind,
+        told apart by what it says (`dialog_kind`). `expected`: wait for a report first (1.40 opens its dialog
+        seconds after a large graph is on the canvas)."""
         if expected:
             try:
                 self.page.wait_for_function(
                     "__h3.dialogs().length > 0 || document.body.innerText.includes('View details')", timeout=15_000)
             except PlaywrightTimeout:
                 pass  # no report at all: the caller's assertion names what it lacks
+        report: dict[str, list[str]] = {}
+        for text in self.js("__h3.dialogs()"):
+            report.setdefault(dialog_kind(text), []).append(text)
         details = self.page.get_by_text("View details")
-        if not details.count():
-            return "\n".join(self.js("__h3.dialogs()"))
-        details.first.click()
-        group = self.page.locator("[data-testid=error-group-missing-node]")
-        group.first.wait_for(timeout=10_000)
-        return "\n".join(group.all_inner_texts())
+        if details.count():
+            details.first.click()
+            self.page.locator(ERROR_GROUPS).first.wait_for(timeout=10_000)
+            for kind, text in self.js(f"""[...document.querySelectorAll("{ERROR_GROUPS}")]
+                    .map(g => [g.dataset.testid.slice('error-group-'.length), g.innerText.trim()])"""):
+                report.setdefault(kind, []).append(text)
+        return report
 
     # ------------------------------------------------------------------ queueing and the preflight
     def queue(self) -> float:

@@ -648,6 +648,8 @@ def ltx_pe(style: str, batch: int, tokens: int, heads: int, dim_head: int, split
 
 
 class BaseModel(nn.Module):
+    manual_cast_dtype = None
+
     def __init__(self, net: nn.Module):
         super().__init__()
         self.diffusion_model = net.requires_grad_(False)  # the host loads inference weights without grad
@@ -665,14 +667,21 @@ class FakeModelPatcher:
 
     def __init__(self, model: nn.Module):
         self.model = model
+        self.load_device = torch.device("cpu")
         self.object_patches: dict = {}
         self.model_options: dict = {"transformer_options": {}}
 
     def clone(self) -> FakeModelPatcher:
-        twin = FakeModelPatcher(self.model)
+        twin = type(self)(self.model)
         twin.object_patches = dict(self.object_patches)
         twin.model_options = dict(self.model_options)
         return twin
+
+    def model_dtype(self):
+        return next(self.model.diffusion_model.parameters()).dtype
+
+    def set_model_compute_dtype(self, dtype) -> None:
+        self.add_object_patch("manual_cast_dtype", dtype)
 
     def add_object_patch(self, name: str, obj) -> None:
         self.object_patches[name] = obj

@@ -23,8 +23,19 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_ui import Editor, EditorBlocked, dumps, find_chromium, launch_chromium, new_context
+from browser_ui import (
+    Editor,
+    EditorBlocked,
+    absent_files,
+    dumps,
+    find_chromium,
+    launch_chromium,
+    load_report_problems,
+    new_context,
+)
 from comfyui_host import ComfyUIServer, HostSpec, configured_hosts
+from h3kit.checks.host_layout import adapt_graph
+from h3kit.scripts import workflows_ui
 
 pytestmark = pytest.mark.browser
 
@@ -36,6 +47,9 @@ TEMPLATE_MODULE = "H3Kit"  # tests/comfyui_host.py links the pack as custom_node
 RUNNABLE_WORKFLOW = "h3kit_handoff_demo"  # core nodes + H3Kit nodes only: queued from the UI
 README_SHOTS = {"h3_ltx_two_stage", "h3_ref2va_two_stage", "h3_effects_t2va", "h3_native_362_lowvram", RUNNABLE_WORKFLOW}
 DOCS_IMG = PACK_ROOT / "docs" / "img"
+README_CANVAS_ORIGIN = (80, 100)  # px: where the first group's corner goes, right of the sidebar, below the toolbar
+# a group's corner above-left of its first node, as the generator lays groups out
+README_GROUP_MARGIN = (workflows_ui.GROUP_PAD, workflows_ui.TITLE_H + workflows_ui.GROUP_TITLE_H)
 PREFLIGHT_SETTING = "H3Kit.Preflight.Enabled"
 CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine that starts above 0.8 repaints faces
 MAX_ADDED_LATENCY_MS = 200  # issue 18: a healthy 40-node graph queues at most this much later with the check
@@ -124,8 +138,13 @@ def editor(chromium, server):
 
 
 @pytest.fixture(scope="module")
-def server_nodes(server) -> set[str]:
-    return set(server.object_info())
+def server_info(server) -> dict:
+    return server.object_info()
+
+
+@pytest.fixture(scope="module")
+def server_nodes(server_info) -> set[str]:
+    return set(server_info)
 
 
 def _api_graph(name: str) -> dict:
@@ -145,16 +164,13 @@ def _link_count(graph: dict) -> int:
                and isinstance(v[1], int))
 
 
-def _assert_only_missing_nodes_reported(editor: Editor, state: dict, unknown: set[str], name: str) -> None:
+def _assert_load_report(editor: Editor, state: dict, graph: dict, server_info: dict, name: str) -> None:
+    """No error toast, and the frontend's report names exactly what this server lacks, each as what it is
+    (browser_ui.load_report_problems: a graph whose weights are absent is not missing a node)."""
     assert state["toasts"] == [], f"{name}: error toast(s): {state['toasts']}"
-    report = editor.missing_node_report(expected=bool(unknown))
-    if not unknown:
-        assert report == "" and state["dialogs"] == [], f"{name}: unexpected report: {report} {state['dialogs']}"
-        return
-    for class_type in unknown:
-        assert class_type in report, f"{name}: the missing-nodes report does not list {class_type}: {report[:800]}"
-    reported_h3kit = [w for w in report.replace(",", " ").split() if w.startswith("H3Kit")]
-    assert reported_h3kit == [], f"{name}: H3Kit nodes reported missing: {reported_h3kit}"
+    report = editor.load_report(expected=bool(_unknown_types(graph, set(server_info))))
+    problems = load_report_problems(report, graph, server_info)
+    assert problems == [], f"{name}: " + "\n".join(problems) + f"\nreport: {dumps(report)}"
 
 
 def _save_readme_shot(png: Path, target: Path) -> None:
@@ -184,47 +200,80 @@ def test_listed_templates_open(server):
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_template_browser_opens_workflow(editor, server_nodes, name):
+def test_template_browser_opens_workflow(editor, server_info, name):
     graph = _api_graph(name)
-    unknown = _unknown_types(graph, server_nodes)
+    unknown = _unknown_types(graph, set(server_info))
     assert not {t for t in unknown if t.startswith("H3Kit")}, f"H3Kit nodes absent from the server: {unknown}"
     editor.start_clean()
     editor.open_template(TEMPLATE_MODULE, name)
     state = editor.settle(len(graph))
-    shot = editor.screenshot(ARTIFACTS / f"{name}-v{'.'.join(map(str, editor.version))}.png")
-    if os.environ.get("H3KIT_README_SHOTS") == "1" and name in README_SHOTS and not editor.newer_ui:
-        _save_readme_shot(shot, DOCS_IMG / f"workflow-{name}.jpg")
+    editor.screenshot(ARTIFACTS / f"{name}-v{'.'.join(map(str, editor.version))}.png")
     assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
-    _assert_only_missing_nodes_reported(editor, state, unknown, name)
+    _assert_load_report(editor, state, graph, server_info, name)
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_dropping_ui_file_loads_workflow(editor, server_nodes, name):
+def test_dropping_ui_file_loads_workflow(editor, server_info, name):
     graph = _api_graph(name)
-    unknown = _unknown_types(graph, server_nodes)
     editor.start_clean()
     editor.drop(f"{name}.json", (PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
     state = editor.settle(len(graph))
     assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
-    _assert_only_missing_nodes_reported(editor, state, unknown, name)
+    _assert_load_report(editor, state, graph, server_info, name)
+
+
+def _queued_differences(prompt: dict, graph: dict, server_info: dict) -> list[str]:
+    """Where the prompt the editor would queue differs from the API graph in this host's layout of each node
+    (checks/host_layout.py, the adaptation `run` and the preflight apply: SaveVideo's `format.codec` is `codec`
+    on 0.3.64, 0.12.1 and 0.33.0): every input of every node the host serves, links and values, must be queued
+    as the adapted graph has it. Inputs the editor adds (a widget's default the graph leaves unset) are not
+    differences."""
+    found = []
+    for node_id, node in adapt_graph(graph, server_info).graph.items():
+        if node["class_type"] not in server_info:
+            continue
+        sent = prompt.get(node_id, {}).get("inputs")
+        if sent is None:
+            found.append(f"node {node_id} ({node['class_type']}) is not in the prompt")
+            continue
+        for key, value in node["inputs"].items():
+            queued = sent.get(key, "<absent>")
+            same = [str(x) for x in queued] == [str(x) for x in value] if isinstance(value, list) else \
+                queued == value or (isinstance(value, float) and queued == pytest.approx(value))
+            if not same:
+                found.append(f"node {node_id} ({node['class_type']}) {key}: queued {queued!r}, the graph has {value!r}")
+    return found
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
-def test_dropping_api_file_loads_or_names_missing_nodes(editor, server_nodes, name):
+def test_dropped_ui_file_queues_the_graphs_values(editor, server_info, name):
+    """Issue 23: a UI-format graph dragged into the editor opens with the API graph's values on this host's
+    layout of each node: what the editor would queue (its own graphToPrompt) carries every value and link."""
+    graph = _api_graph(name)
+    editor.start_clean()
+    editor.drop(f"{name}.json", (PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
+    editor.settle(len(graph))
+    prompt = editor.js("async () => (await app.graphToPrompt()).output")
+    assert _queued_differences(prompt, graph, server_info) == [], dumps(prompt)
+
+
+@pytest.mark.parametrize("name", WORKFLOW_NAMES)
+def test_dropping_api_file_loads_or_names_missing_nodes(editor, server_info, name):
     """1.27 lays out an API file only when it knows every node (else it loads nothing and lists the missing
     types); newer frontends load the nodes they know. Either way the missing types are exactly the nodes this
-    ComfyUI lacks, and a file with none missing loads whole."""
+    ComfyUI lacks, and a file with none missing loads whole; the only nodes marked with errors are those that
+    name a file this server lacks (1.49 on mark a loader whose model is absent)."""
     graph = _api_graph(name)
-    unknown = _unknown_types(graph, server_nodes)
+    unknown = _unknown_types(graph, set(server_info))
     editor.start_clean()
     editor.drop(f"{name}.api.json", (API_DIR / f"{name}.json").read_text(encoding="utf-8"))
     state = editor.settle(len(graph))
-    _assert_only_missing_nodes_reported(editor, state, unknown, name)
+    _assert_load_report(editor, state, graph, server_info, name)
     if not unknown:
         assert state["graph"]["nodes"] == len(graph) and state["graph"]["links"] == _link_count(graph)
-        assert state["graph"]["broken"] == []
+        assert set(state["graph"]["broken"]) <= absent_files(graph, server_info).node_types, dumps(state)
 
 
 def _wait_for_history(server: ComfyUIServer, before: set[str], editor: Editor, timeout_s: float = 180) -> dict | None:
@@ -404,12 +453,11 @@ def _healthy_graph(copies: int = 5) -> dict:
 
 def test_healthy_40_node_graph_queues_with_at_most_200_ms_added(editor, server):
     from h3kit.scripts.schemas import offline_schemas
-    from h3kit.scripts.workflows_ui import api_to_ui
 
     graph = _healthy_graph()
     assert len(graph) == 40
     editor.start_clean()
-    editor.load_workflow(api_to_ui("healthy_40", graph, offline_schemas()))
+    editor.load_workflow(workflows_ui.api_to_ui("healthy_40", graph, offline_schemas()))
     editor.page.wait_for_function("app.graph.nodes.length === 40", timeout=30_000)
     # bounded: a preflight dialog would hold the queue call open until someone answers it
     measure = """async () => { const t0 = performance.now();
@@ -464,3 +512,126 @@ def test_editor_works_when_the_extension_cannot_load(chromium, server):
         assert blocked.posts("/api/h3kit/preflight") == []
     finally:
         context.close()
+
+
+# --- issue 23: a prompt in another SaveVideo layout is adapted by the extension, and the user sees it ----------------
+
+ADAPT_GRAPH = {
+    "1": {"class_type": "H3KitTestPattern", "inputs": {"width": 64, "height": 64, "frames": 22, "fps": 24.0,
+                                                       "sample_rate": 44100}},
+    "2": {"class_type": "CreateVideo", "inputs": {"images": ["1", 0], "audio": ["1", 1], "fps": 24.0}},
+    "3": {"class_type": "SaveVideo", "inputs": {"video": ["2", 0], "filename_prefix": "h3kit/editor_adapt",
+                                                "format": "mp4", "format.codec": "h264"}},
+}
+QUEUE_THROUGH_THE_EXTENSION = """async (output) => {
+  const api = window.comfyAPI.api.api;
+  const toast = app.extensionManager?.toast;
+  const addToast = toast?.add;
+  const fetchApi = api.fetchApi;
+  const toasts = [], sent = [];
+  if (toast) toast.add = function (t) { toasts.push([t.summary, t.detail]); return addToast.call(this, t); };
+  api.fetchApi = function (route, options) {
+    if (route === "/prompt" && options?.body) sent.push(JSON.parse(options.body).prompt);
+    return fetchApi.call(this, route, options);
+  };
+  try {
+    const answer = await api.queuePrompt(0, {output, workflow: app.graph.serialize()});
+    return {prompt_id: answer?.prompt_id ?? null, toasts, sent};
+  } finally {
+    if (toast) toast.add = addToast;
+    api.fetchApi = fetchApi;
+  }
+}"""
+
+
+def test_a_prompt_in_another_savevideo_layout_is_adapted_and_the_change_shown(editor, server):
+    """What the extension sends to /prompt is the prompt in this host's layout (format.codec -> codec where the host
+    differs), a toast lists the change, and the run writes its mp4 (issue 23: it used to die at SaveVideo)."""
+    editor.start_clean()
+    # the extension wraps api.queuePrompt in its async setup(), which may finish after the editor is ready
+    editor.page.wait_for_function("window.comfyAPI.api.api.queuePrompt.toString().includes('allowQueue')",
+                                  timeout=30_000)
+    expected = adapt_graph(ADAPT_GRAPH, server.object_info()).changes
+    result = editor.js(QUEUE_THROUGH_THE_EXTENSION, ADAPT_GRAPH)
+    assert result["prompt_id"], result
+    (sent,) = result["sent"]
+    if expected:
+        assert sent["3"]["inputs"].get("codec") == "h264" and "format.codec" not in sent["3"]["inputs"], result
+        (toast,) = [t for t in result["toasts"] if "H3Kit adapted" in t[0]]
+        assert toast[0] == "H3Kit adapted 1 input(s) to this ComfyUI" and expected[0].text() in toast[1]
+    else:
+        assert sent == ADAPT_GRAPH and not [t for t in result["toasts"] if "H3Kit adapted" in t[0]]
+    deadline = time.monotonic() + 180
+    entry = None
+    while time.monotonic() < deadline and not (entry and entry.get("status", {}).get("completed") is not None):
+        entry = server.get(f"/history/{result['prompt_id']}").get(result["prompt_id"])
+        time.sleep(0.5)
+    assert entry and entry["status"]["status_str"] == "success", entry and entry["status"]
+    (video,) = entry["outputs"]["3"]["images"]
+    assert server.output_path(video).stat().st_size > 0
+
+
+# --- the README's screenshots -------------------------------------------------------------------------
+
+def _placeholders(server: ComfyUIServer, graph: dict, server_info: dict) -> list[Path]:
+    """Files named as the graph's absent models (in every model folder the server lists: the frontend only needs
+    the name in the loader's list) and input images (a grey picture, so LoadImage shows one), as on a machine
+    that has them; the paths written, to remove afterwards."""
+    from PIL import Image
+
+    absent = absent_files(graph, server_info)
+    folders = [f for f in server.get("/models") if f != "custom_nodes"]
+    written = []
+    for file_name in sorted(absent.files["missing-model"]):
+        for folder in folders:
+            path = server.models_dir / folder / file_name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"")
+            written.append(path)
+    for file_name in sorted(absent.files["missing-media"]):
+        path = server.base_dir / "input" / file_name
+        Image.new("RGB", (512, 512), (128, 128, 128)).save(path)
+        written.append(path)
+    return written
+
+
+@pytest.mark.parametrize("name", sorted(README_SHOTS))
+def test_readme_screenshot(chromium, server, server_info, name):
+    """H3KIT_README_SHOTS=1 retakes docs/img/workflow-<name>.jpg (the host's own frontend) and
+    docs/img/frontend-<version>/workflow-<name>.jpg (a frontend from H3KIT_FRONTEND_ROOTS): the template as it
+    opens on a machine that has the graph's files (placeholders named as them), on a host that serves every node
+    of the graph, at the view the graph saves. The shot is kept only when no node is marked, nothing is
+    reported and no error toast shows."""
+    if os.environ.get("H3KIT_README_SHOTS") != "1":
+        pytest.skip("set H3KIT_README_SHOTS=1 to retake the README screenshots (docs/testing.md)")
+    graph = _api_graph(name)
+    unknown = _unknown_types(graph, set(server_info))
+    if unknown:
+        pytest.skip(f"{server.host.name} does not serve {', '.join(sorted(unknown))}: the README shows graphs whose "
+                    "nodes all load")
+    written = _placeholders(server, graph, server_info)
+    editor, context = _new_editor(chromium, server)  # a fresh page reads the file lists with the placeholders
+    try:
+        editor.start_clean()
+        editor.open_template(TEMPLATE_MODULE, name)
+        state = editor.settle(len(graph))
+        # the scale the graph file saves (readable; 1.49 and 1.58 open a template fitted to the window, 13-16 % for
+        # the two-stage graphs), its first group placed clear of the sidebar and the toolbar that overlay the canvas
+        editor.js(f"""() => {{ const c = app.canvas, scale = {_ui_workflow(name)["extra"]["ds"]["scale"]};
+            const x0 = Math.min(...app.graph.nodes.map(n => n.pos[0])) - {README_GROUP_MARGIN[0]};
+            const y0 = Math.min(...app.graph.nodes.map(n => n.pos[1])) - {README_GROUP_MARGIN[1]};
+            c.ds.scale = scale; c.ds.offset = [{README_CANVAS_ORIGIN[0]} / scale - x0, {README_CANVAS_ORIGIN[1]} / scale - y0];
+            c.setDirty(true, true); }}""")
+        editor.page.mouse.move(0, 500)  # no hover highlight on a node
+        editor.page.wait_for_timeout(1500)  # thumbnails of LoadImage and the canvas finish drawing
+        shot = editor.screenshot(ARTIFACTS / f"readme-{name}-v{'.'.join(map(str, editor.version))}.png")
+        assert state["graph"]["nodes"] == len(graph) and state["graph"]["broken"] == [], dumps(state)
+        assert state["toasts"] == [] and state["dialogs"] == [], dumps(state)
+        assert editor.load_report(expected=False) == {}
+    finally:
+        context.close()
+        for path in written:
+            path.unlink(missing_ok=True)
+    frontend = server.host.front_end_root
+    folder = DOCS_IMG / f"frontend-{'.'.join(map(str, editor.version))}" if frontend else DOCS_IMG
+    _save_readme_shot(shot, folder / f"workflow-{name}.jpg")

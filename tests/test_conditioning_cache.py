@@ -440,7 +440,7 @@ def make_bad_file(kind: str, path: Path) -> None:
 
 
 BAD_FILES = {
-    "empty": "too short", "random_bytes": "not a usable safetensors file", "truncated_in_length_field": "too short",
+    "empty": r"is an empty file \(0 bytes\), not an H3Kit conditioning cache", "random_bytes": "not a usable safetensors file", "truncated_in_length_field": "too short",
     "truncated_in_header": "truncated", "truncated_in_data": "truncated",
     "corrupt_header_json": "not UTF-8 text", "corrupt_tensor_data": "checksum",
     "trailing_garbage": "follow the last tensor", "foreign_model": "not an H3Kit conditioning cache",

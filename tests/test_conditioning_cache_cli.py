@@ -247,3 +247,24 @@ def test_build_without_a_server_says_it_cannot_reach_it(capsys):
     stub.close()
     assert run_cond("build", "--server", url, "--text", "x", "--clip", "g", "--name", "r") == 4
     assert "cannot reach ComfyUI" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["root", "custom_nodes"])
+def test_list_inside_a_comfyui_folder_finds_its_cache_folder_as_doctor_finds_the_install(tmp_path, monkeypatch,
+                                                                                        capsys, where):
+    """Issue 27: run from the ComfyUI folder (or below it), `cond list` needs no --dir, like doctor."""
+    from h3kit.checks.environment import find_comfyui
+
+    comfyui = tmp_path / "ComfyUI"
+    (comfyui / "custom_nodes").mkdir(parents=True)
+    (comfyui / "main.py").write_text("")
+    fmt.save_conditioning(comfyui / "models" / "conditioning_cache", "ltx_generic_refine", ltx_like())
+    monkeypatch.delenv("H3KIT_COND_CACHE_DIR", raising=False)
+    monkeypatch.delenv("COMFYUI_DIR", raising=False)
+    monkeypatch.chdir(comfyui if where == "root" else comfyui / "custom_nodes")
+    assert find_comfyui() == comfyui
+    assert run_cond("list") == 0
+    out = capsys.readouterr().out
+    assert f"{comfyui / 'models' / 'conditioning_cache'} (from the ComfyUI folder {comfyui})" in out
+    assert "ltx_generic_refine.safetensors" in out
+    assert run_cond("info", "ltx_generic_refine") == 0

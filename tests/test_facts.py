@@ -180,3 +180,12 @@ def test_any_text_is_a_schedule_or_a_sigma_error(text):
 def test_every_descending_schedule_ending_at_0_parses_back(values, separator):
     schedule = sorted(values, reverse=True) + [0.0]
     assert facts.parse_sigmas(separator.join(repr(v) for v in schedule)) == schedule
+
+
+def test_the_host_rules_import_nothing_above_checks():
+    """Imports point down: the F01 rule, the layout adaptation and the schema walkers are pure (the client I/O lives
+    in adapters/server_probe.py). The other checks/ modules that still reach into adapters/ are listed in
+    docs/architecture.md until they move."""
+    for name in ("server", "host_layout", "node_inputs", "graph", "facts", "problem", "schemas"):
+        imported = _imports(ROOT / "checks" / f"{name}.py", top_level_only=False)
+        assert not {m for m in imported if m.startswith("adapters.")}, name

@@ -248,6 +248,8 @@ def test_shipped_graph_offline_verdict_matches_a_host_that_serves_all_its_nodes(
     adapted, ours = our_verdict(graph, info)
     accepted, theirs, body = host_verdict(comfyui_server, adapted)
     assert accepted and not theirs and not ours, (ours, theirs, body)
+    # not even a warning: Autogrow slots as served (ref_images.ref_image_N) and DynamicCombo keys are declared inputs
+    assert [str(p) for p in validate_graph(adapted, info, schema_src.providing_pack)] == []
 
 
 # --- the pinned schemas are the host's --------------------------------------------------------------------------
@@ -261,6 +263,12 @@ def _comparable(spec_section: dict) -> dict:
             return [strip(v) for v in value]
         return value
     return strip(spec_section)
+
+
+def both(capsys) -> str:
+    """What a command printed: results on stdout, problems and warnings on stderr (the CLI's stream rule)."""
+    captured = capsys.readouterr()
+    return captured.out + captured.err
 
 
 def padded(spec: list) -> list:
@@ -344,7 +352,7 @@ def test_run_adapts_and_finishes_on_this_host(comfyui_server, tmp_path, capsys):
     path.write_text(json.dumps(graph))
     code = main(["run", str(path), "--server", comfyui_server.url, "--out", str(tmp_path / "out"), "--quiet",
                  "--timeout", "300"])
-    out = capsys.readouterr().out
+    out = both(capsys)
     assert code in (0, 1), out  # 1: the flat grey test video is judged "one solid colour" by run's verifier
     assert "REJECTED" not in out and "execution error" not in out
     assert list((tmp_path / "out").rglob("*.mp4")), out
@@ -358,7 +366,7 @@ def test_doctor_server_has_no_fail_on_any_host(comfyui_server, capsys):
     from h3kit.scripts.cli import main
 
     code = main(["doctor", "--server", comfyui_server.url, "--no-local"])
-    out = capsys.readouterr().out
+    out = both(capsys)
     assert code == 0 and not [line for line in out.splitlines() if line.startswith(FAIL)], out
     (line,) = [line for line in out.splitlines() if "comfyui version:" in line]
     if comfyui_server.has(NATIVE_H3):
@@ -371,8 +379,8 @@ def test_f01_line_is_the_same_in_doctor_validate_and_run(comfyui_server, tmp_pat
     comfyui_server.require(NATIVE_H3)
     path = API / "h3_ltx_two_stage.json"
     main(["doctor", "--server", comfyui_server.url, "--workflow", str(path), "--no-local"])
-    doctor_line = next(line for line in capsys.readouterr().out.splitlines() if "comfyui version:" in line)
+    doctor_line = next(line for line in both(capsys).splitlines() if "comfyui version:" in line)
     main(["validate", str(path), "--server", comfyui_server.url])
-    validate_line = next(line for line in capsys.readouterr().out.splitlines() if "comfyui version:" in line)
+    validate_line = next(line for line in both(capsys).splitlines() if "comfyui version:" in line)
     assert doctor_line.startswith("PASS") and "H3KitLatentGuard checks the refine output of node(s) 32" in doctor_line
     assert validate_line.strip() == doctor_line.strip()

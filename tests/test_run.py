@@ -617,3 +617,57 @@ def test_run_refuses_a_codec_the_host_lacks_with_the_hosts_options_before_queuei
     out = "".join(capsys.readouterr())  # ADAPTED (stdout) and the refusal (stderr)
     assert code == 2 and fake.posted == []
     assert "node 3 (SaveVideo) input 'codec'" in out and "choose one of: auto, h264" in out
+
+
+# --- issue 27: --seed on a graph without seeds; advice that fits the graph; uploads of the wrong kind --------
+
+DEMO_GRAPH = Path(__file__).resolve().parent.parent / "workflows" / "api" / "h3kit_handoff_demo.json"
+
+
+@pytest.mark.parametrize("seed", ["random", "7"])
+def test_seed_on_a_graph_without_seed_inputs_is_refused_and_suggests_set(seed):
+    graph = json.loads(DEMO_GRAPH.read_text())
+    with pytest.raises(GraphEditError) as refused:
+        job_seeds(graph, seed, 1, None)
+    message = str(refused.value)
+    assert "has no seed or noise_seed input, so --seed changes nothing" in message
+    assert "--set NODE.INPUT=VALUE (e.g. --set 1." in message
+
+
+def test_run_seed_random_on_the_demo_graph_exits_2_before_contacting_a_server(tmp_path, capsys):
+    code = run_cli([str(DEMO_GRAPH), "--server", "http://127.0.0.1:9", "--seed", "random"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith("REJECTED: --seed random: change an input with --set NODE.INPUT=VALUE")
+
+
+def test_cache_hit_advice_fits_the_graph():
+    everything = comfy_jobs.Timing(0.006, cached=[str(n) for n in range(1, 8)])
+    no_seeds = json.loads(DEMO_GRAPH.read_text())
+    (warning,) = [c for c in runmod.cache_checks(no_seeds, everything) if c.status == WARN]
+    assert "--seed random" not in warning.fix and "--set NODE.INPUT=VALUE" in warning.fix
+    seeded = {"1": {"class_type": "RandomNoise", "inputs": {"noise_seed": 5}},
+              "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}}
+    (warning,) = [c for c in runmod.cache_checks(seeded, comfy_jobs.Timing(0.006, cached=["1", "2"])) if c.status == WARN]
+    assert warning.fix.startswith("change the seed (--seed random) or an input")
+
+
+def test_fan_out_of_a_graph_without_seeds_warns_that_the_other_jobs_are_cache_hits(capsys):
+    assert run_cli([str(DEMO_GRAPH), "--server", "http://127.0.0.1:9", "--runs", "2"]) == 4
+    err = capsys.readouterr().err
+    assert "WARN  2 jobs of the same graph: every job after the first will come from ComfyUI's cache" in err
+
+
+def test_upload_of_the_wrong_kind_names_what_the_file_is(tmp_path):
+    from h3kit.checks.graph_edit import check_upload_kind
+
+    wav = write_wav(tmp_path / "tone.wav")
+    with pytest.raises(GraphEditError, match=r"is a WAV audio file, but LoadImage loads an image"):
+        check_upload_kind("1=tone.wav", "LoadImage", str(wav))
+    png = write_png(tmp_path / "a.png", 0)
+    with pytest.raises(GraphEditError, match=r"is a PNG image, but LoadVideo loads a video"):
+        check_upload_kind("2=a.png", "LoadVideo", str(png))
+    check_upload_kind("1=a.png", "LoadImage", str(png))
+    check_upload_kind("5=tone.wav", "LoadAudio", str(wav))
+    with pytest.raises(GraphEditError, match=r"is a PNG image, but LoadAudio loads audio"):
+        check_upload_kind("5=a.png", "LoadAudio", str(png))

@@ -264,7 +264,7 @@ app.registerExtension({
     id: SETTING_ID,
     category: ["H3Kit", "Preflight", "Enabled"],
     name: "Check graphs with H3/LTX nodes before queueing",
-    tooltip: "Asks the server (the rules of `python -m h3kit doctor`) before a graph with an H3 or LTX node " +
+    tooltip: "Asks the server (the rules of H3Kit's `doctor` command) before a graph with an H3 or LTX node " +
       "is queued; problems that would spoil the run stop it, with a 'Run anyway' choice.",
     type: "boolean",
     defaultValue: true,

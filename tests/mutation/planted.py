@@ -28,6 +28,7 @@ SAGE = ("tests/test_turing_sage.py",)
 SPLICE = ("tests/test_effects.py",)
 LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/test_lowvram*.py")))
 RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
+HOST = ("tests/test_host_layout.py", "tests/test_run.py", "tests/test_server_routes.py")
 RULES = ("tests/test_facts.py", "tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py",
          "tests/test_pipeline.py")
 
@@ -112,4 +113,18 @@ MUTANTS: list[Mutant] = [
     Mutant("M27", "run's fan-out takes the best code at its own call site", "scripts/run.py",
            "return worst_exit([*codes.values(), *([EXIT_FAILED] * len(missing))])",
            "return min([*codes.values(), *([EXIT_FAILED] * len(missing))], default=EXIT_OK)", RUN),
+    # ------------------------------------------------------------------ issue 23: host layouts and F01 from evidence
+    Mutant("M28", "host layout: a key never moves to its other parent", "checks/host_layout.py",
+           "        if len(targets) == 1:", "        if len(targets) == 2:", HOST),
+    Mutant("M29", "DynamicCombo option objects compared with the value, not by key", "checks/graph.py",
+           'return "COMBO", {**opts, "options": option_keys(opts.get("options"))}', 'return "COMBO", opts', HOST),
+    Mutant("M30", "F01: an unguarded refine on an untested stack passes", "checks/server.py",
+           '    return Check(WARN, "comfyui version", f"{text}; nothing in this workflow checks the output of refine node(s) "',
+           '    return Check(PASS, "comfyui version", f"{text}; nothing in this workflow checks the output of refine node(s) "',
+           ("tests/test_doctor.py",)),
+    Mutant("M31", "F01: a native-H3 host older than the correct stack FAILs for its version", "checks/server.py",
+           '    if position == "correct":\n        return Check(PASS, "comfyui version", f"{text}; refine node(s)',
+           '    if position != "correct":\n        return Check(FAIL, "comfyui version", f"{text}")\n'
+           '    if position == "correct":\n        return Check(PASS, "comfyui version", f"{text}; refine node(s)',
+           ("tests/test_doctor.py",)),
 ]
