@@ -550,16 +550,34 @@ class Bench:
 def run_order(plan: str, caps: str) -> list[tuple[float | None, str, str, bool]]:
     """(cap GiB or None, graph, variant, warm) in run order. Plan items are graph:variant[:warm][@cap]; items
     without @cap run for every cap of `caps`, caps outermost; items with @cap run where they are listed."""
-    default_caps = [None if c == "none" else float(c) for c in caps.split(",")]
+    default_caps = [_cap(c) for c in caps.split(",")]
     items = []
     for item in plan.split(","):
         spec, _, cap_text = item.partition("@")
-        kind, variant, *rest = spec.split(":")
-        fixed = None if not cap_text else [None if cap_text == "none" else float(cap_text)]
-        items.append((fixed, kind, variant, rest == ["warm"]))
+        parts = spec.split(":")
+        if len(parts) not in (2, 3) or parts[0] not in GRAPHS or parts[1] not in VARIANT_NODES or parts[2:] not in ([], ["warm"]):
+            raise SystemExit(f"--plan item {item!r}: write graph:variant[:warm][@cap] with graph one of "
+                             f"{', '.join(GRAPHS)} and variant one of {', '.join(VARIANT_NODES)}")
+        items.append((None if not cap_text else [_cap(cap_text)], parts[0], parts[1], parts[2:] == ["warm"]))
     if any(fixed is not None for fixed, *_ in items):
         return [(cap, kind, variant, warm) for fixed, kind, variant, warm in items for cap in (fixed or default_caps)]
     return [(cap, kind, variant, warm) for cap in default_caps for _fixed, kind, variant, warm in items]
+
+
+GRAPHS = ("two_stage", "native")
+
+
+def _cap(text: str) -> float | None:
+    """'none' or a positive number of GiB."""
+    if text == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 1e6:
+        raise SystemExit(f"VRAM cap {text!r}: write a number of GiB above 0, or none")
+    return value
 
 
 def compare_latents(rows: list[dict]) -> None:

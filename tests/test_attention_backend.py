@@ -235,6 +235,11 @@ def test_unknown_backend_names_node_input_value_and_fix():
         H3KitAttentionBackend().patch(_model(), "sage")
 
 
+def test_small_input_cut_is_the_hosts():
+    """ComfyUI 0.33.0's comfy/ops.py: `if q.nelement() < 1024 * 128` -> default SDPA (cuDNN is slower there)."""
+    assert sdpa_backend.SMALL_INPUT_ELEMENTS == 131072
+
+
 def test_choices_are_exact_backends_only():
     """Every choice is an exact softmax-attention kernel of torch SDPA (no int8 / sparse approximation)."""
     assert node_module.CHOICES == ("cudnn", "flash", "efficient")

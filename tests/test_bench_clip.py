@@ -9,6 +9,8 @@ import json
 import pytest
 from h3kit.scripts import bench_clip
 from h3kit.scripts.bench_lowvram import parse_variant
+from hypothesis import given
+from hypothesis import strategies as st
 
 SHIPPED = {k: v for k, v in json.loads(bench_clip.GRAPH.read_text()).items() if isinstance(v, dict)}
 
@@ -74,3 +76,19 @@ def test_block_bench_variants(spec, expected):
 def test_unknown_block_bench_variant_is_refused():
     with pytest.raises(SystemExit, match="unknown variant part 'turbo'"):
         parse_variant("auto+turbo")
+
+
+@pytest.mark.parametrize("plan", ["two_stage", "two_stage:turbo", "native:host:cold", "x:host", "two_stage:pack@-3",
+                                  "two_stage:pack@lots", "two_stage:pack:warm:warm"])
+def test_malformed_plan_items_are_refused_with_the_syntax(plan):
+    with pytest.raises(SystemExit, match="graph:variant|VRAM cap"):
+        bench_clip.run_order(plan, "none")
+
+
+@given(st.text(alphabet="twosage_nhic:@,0123456789.-", max_size=40), st.text(alphabet="none0123456789.,-", max_size=12))
+def test_any_plan_text_parses_or_is_refused_never_a_traceback(plan, caps):
+    try:
+        order = bench_clip.run_order(plan, caps)
+    except SystemExit:
+        return
+    assert all(kind in bench_clip.GRAPHS and variant in bench_clip.VARIANT_NODES for _cap, kind, variant, _w in order)

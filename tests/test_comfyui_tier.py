@@ -78,19 +78,21 @@ def test_validate_against_the_live_server(comfyui_server, tmp_path):
         "3": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "x"}},
     }
 
-    def validate(g: dict):
+    def validate(g: dict) -> tuple[int, str]:
+        """(exit code, stdout + stderr): results go to stdout, problems to stderr (docs/cli.md)."""
         path = tmp_path / "g.json"
         path.write_text(json.dumps(g))
-        return run_process([sys.executable, "-m", "h3kit", "validate", str(path), "--server", comfyui_server.url],
+        done = run_process([sys.executable, "-m", "h3kit", "validate", str(path), "--server", comfyui_server.url],
                            capture_output=True, text=True, timeout=120)
+        return done.returncode, done.stdout + done.stderr
 
-    result = validate(graph)
+    code, said = validate(graph)
     if comfyui_server.has(NATIVE_H3):
-        assert result.returncode == 0 and result.stdout.startswith("OK "), result.stdout
+        assert code == 0 and said.startswith("OK "), said
     else:
-        assert result.returncode == 2  # README: 2 = rejected by validation
-        assert "node 2 (EmptyMiniMaxH3LatentAV)" in result.stdout + result.stderr
-        assert "a ComfyUI core node this ComfyUI does not have" in result.stdout + result.stderr
+        assert code == 2, said  # README: 2 = rejected by validation
+        assert "node 2 (EmptyMiniMaxH3LatentAV)" in said
+        assert "a ComfyUI core node this ComfyUI does not have" in said
     graph["1"]["inputs"]["width"] = 99999
-    result = validate(graph)
-    assert result.returncode == 2 and "node 1 (EmptyImage) input 'width'" in result.stdout + result.stderr
+    code, said = validate(graph)
+    assert code == 2 and "node 1 (EmptyImage) input 'width'" in said, said

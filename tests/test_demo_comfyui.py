@@ -54,6 +54,7 @@ def test_run_prints_the_guard_warnings_of_a_successful_job(comfyui_server, tmp_p
     path = tmp_path / "guard_warns.json"
     path.write_text(json.dumps(graph))
     code = main(["run", str(path), "--server", comfyui_server.url, "--out", str(tmp_path / "out"), "--quiet"])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out + captured.err  # WARN lines go to stderr (docs/cli.md)
     lines = [line for line in out.splitlines() if "WARN  report: H3KitFrameGuard (shown by node 3):" in line]
     assert code == 0 and len(lines) == 1 and "9 of 9 frames are black" in lines[0], out

@@ -3,9 +3,9 @@ MiniMax-H3 (the `NATIVE_H3` capability), with tiny random-weight models written 
 (tests/tiny_h3_models.py, tests/tiny_ltx_models.py) and loaded by its own loaders; and `python -m h3kit run` on the
 same graphs against the live server.
 
-Each graph is the shipped file with the changes tests/tiny_graphs.py lists (model files, sizes, cached prompts,
-the stand-ins, SaveVideo's layout); every sampler, step count, seed, guard and link is the shipped one. A test fails
-when a graph needs a change that list does not name.
+Each graph is the shipped file with the changes tests/tiny_graphs.py lists (model files, sizes, the stand-in loaders,
+the cached LTX refine prompt, SaveVideo's layout); every prompt, sampler, step count, seed, guard and link is the
+shipped one (tests/test_tiny_graphs.py checks that, in tier a).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ pytestmark = pytest.mark.comfyui
 
 TWO_STAGE = ("h3_ltx_two_stage", "h3_ltx_two_stage_cached_cond", "h3_ltx_two_stage_544", "h3_ltx_two_stage_turing",
              "h3_ref2va_two_stage")
+ALL_H3_GRAPHS = (*TWO_STAGE, "h3_ref2va_two_characters", "h3_native_362_lowvram", "h3_effects_t2va")
 H3_AUDIO_LATENTS_PER_S = 40  # the host's AUDIO_LATENT_FPS: the draft's audio lasts round(frames / 24 * 40) / 40 s
 EFFECT_ROWS = 94  # minimaxh3_bullet_time's published row count (field-notes §D)
 MAX_AV_DRIFT_S = 0.05  # audio vs video duration in one mp4 (aac frames are 1024 samples: ~21 ms at 48 kHz)
@@ -196,16 +197,25 @@ def run_cli(graph: dict, server, tmp_path, capsys) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
-def test_run_renders_the_two_stage_graph_and_verifies_its_mp4(h3_host, tmp_path, capsys):
-    """`python -m h3kit run` on the tiny two-stage graph as the test prepared it, SaveVideo still in the shipped
-    layout: run adapts it to this host (and says so), queues it, and verifies the downloaded mp4."""
-    h3_host.require(LTXAV)
-    graph, _ = tiny_graph("h3_ltx_two_stage", h3_host, prefix="s1_run", adapt=False)
-    code, out = run_cli(graph, h3_host, tmp_path, capsys)
+@pytest.mark.parametrize("name", ALL_H3_GRAPHS)
+def test_run_renders_each_graph_and_verifies_its_mp4(h3_host, request, tmp_path, capsys, name):
+    """`python -m h3kit run` on each tiny graph as the test prepared it, SaveVideo still in the shipped layout: run
+    adapts it to this host (and prints that), queues it, downloads the mp4 and verifies frames, size and audio
+    against what the graph asks. Nodes identical to an earlier test's come from ComfyUI's cache (the new prefix
+    makes SaveVideo run)."""
+    two_stage = name in TWO_STAGE
+    if two_stage:
+        h3_host.require(LTXAV)
+    server = request.getfixturevalue("effects_host") if name == "h3_effects_t2va" else h3_host
+    graph, _ = tiny_graph(name, server, prefix=f"s1_run_{name}", adapt=False)
+    code, out = run_cli(graph, server, tmp_path, capsys)
     assert code == 0, out
-    for line in (f"{KEPT_FRAMES} frames decode, not black, not constant", f"{TARGET_W}x{TARGET_H} as the graph asks",
-                 f"{KEPT_FRAMES} frames as the graph asks", "audio present"):
-        assert any(line in row and row.startswith("PASS") for row in out.splitlines()), (line, out)
+    frames, size = (KEPT_FRAMES, (TARGET_W, TARGET_H)) if two_stage else (LENGTH, (DRAFT_W, DRAFT_H))
+    rows = out.splitlines()
+    assert any("ADAPTED node" in row and "input 'format.codec' -> 'codec'" in row for row in rows), out
+    for line in (f"{frames} frames decode, not black, not constant", f"{size[0]}x{size[1]} as the graph asks",
+                 f"{frames} frames as the graph asks", "audio present"):
+        assert any(row.startswith("PASS") and line in row for row in rows), (line, out)
     assert len(list((tmp_path / "out").rglob("*.mp4"))) == 1
 
 
