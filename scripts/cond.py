@@ -232,9 +232,14 @@ def run_import(args: argparse.Namespace) -> int:
 
 def _check_torch_file(source: Path) -> None:
     """cond import reads torch.save files only: anything else is named as what it is."""
+    from ..nodes.cond_cache_format import MAX_CACHE_BYTES
+
     problem = regular_file_problem(source)  # missing, a folder, a FIFO or a device (which would block)
     if problem is not None:
         raise CommandError(f"{source} {problem}")
+    if source.stat().st_size > MAX_CACHE_BYTES:  # torch.load would hold all of it; a cache holds at most this
+        raise CommandError(f"{source} is {source.stat().st_size / 2**30:.1f} GiB; a conditioning cache holds at most "
+                           f"{MAX_CACHE_BYTES // 2**30} GiB of tensors: this is not a cached prompt")
     kind = sniff_file(source)
     if kind is None:
         raise CommandError(f"{source} cannot be read")
@@ -297,9 +302,14 @@ def run_build(args: argparse.Namespace) -> int:
 
 def _prompt_file(path: Path) -> str:
     """--text-file: UTF-8 text, read exactly; anything else is refused naming what it is."""
+    from ..nodes.cond_cache_format import MAX_CACHE_HEADER_BYTES
+
     problem = regular_file_problem(path)  # a FIFO or a device would block or never end
     if problem is not None:
         raise CommandError(f"--text-file {path} {problem}")
+    if path.stat().st_size > MAX_CACHE_HEADER_BYTES:  # the prompt is kept in the cache's header
+        raise CommandError(f"--text-file {path} is {path.stat().st_size:,} bytes; a prompt kept with a cache is at most "
+                           f"{MAX_CACHE_HEADER_BYTES:,}")
     kind = sniff_file(path)
     if kind is None:
         raise CommandError(f"--text-file {path} cannot be read (missing, a folder, or no permission)")

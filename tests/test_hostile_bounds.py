@@ -670,3 +670,17 @@ def test_a_handoff_fps_of_any_json_type_is_no_crash(tmp_path, capsys, fps):
     assert call(validate, path) == 2
     out = shown(capsys)
     assert "Traceback" not in out and "input 'fps'" in out
+
+
+@pytest.mark.parametrize("case", ["cond build --text-file", "cond import"])
+def test_files_larger_than_any_cache_could_hold_are_refused_before_reading(tmp_path, capsys, case):
+    """Every read has a byte cap: a --text-file larger than a cache header (16 MiB) and a legacy .pt larger than a
+    cache (16 GiB) are refused from their size (sparse files here: nothing is read)."""
+    path = tmp_path / ("prompt.txt" if case == "cond build --text-file" else "old.pt")
+    with open(path, "wb") as handle:
+        handle.truncate(17 * 2**20 if case == "cond build --text-file" else 17 * 2**30)
+    argv = (["build", "--text-file", path, "--clip", "c", "--name", "n", "--server", "http://127.0.0.1:9"]
+            if case == "cond build --text-file" else ["import", path, "n", "--dir", tmp_path])
+    code, seconds, peak = timed(call, cond, *argv)
+    out = shown(capsys)
+    assert code == 2 and "at most" in out and peak < 16 * MIB and "Traceback" not in out, out
