@@ -23,6 +23,8 @@ from alloc_tracker import Allocations  # noqa: E402
 from comfy_kitchen.tensor import QuantizedTensor  # noqa: E402
 from h3kit.adapters import kitchen  # noqa: E402
 from h3kit.nodes.lowvram import H3KitChunkFeedForward, H3KitLowVRAMAttention  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from lowvram_fakes import (  # noqa: E402
     BaseModel,
     FakeModelPatcher,
@@ -180,3 +182,32 @@ def test_a_parameter_that_is_neither_per_tensor_nor_per_row_refuses_the_slice():
     weight._params = dataclasses.replace(weight._params, scale=torch.ones(3, 7))
     rows, why = kitchen.quantized_rows(weight, 0, 128)
     assert rows is None and "'scale' (3, 7) is neither per tensor nor per row" in why
+
+
+# ------------------------------------------------------------------ every cut, fuzzed (hypothesis profile "ci")
+
+_FUZZ_ROWS = 384
+_FUZZ_WEIGHTS: dict[str, object] = {}
+
+
+def _fuzz_weight(layout: str):
+    if layout not in _FUZZ_WEIGHTS:
+        gen = torch.Generator().manual_seed(5)
+        kw = {"per_channel": True} if layout == "TensorWiseINT8Layout" else {}
+        _FUZZ_WEIGHTS[layout] = QuantizedTensor.from_float(
+            torch.randn(_FUZZ_ROWS, 256, generator=gen).to(torch.bfloat16), layout, **kw)
+    return _FUZZ_WEIGHTS[layout]
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # the registry fixture is the same for all
+@given(layout=st.sampled_from(["TensorWiseINT8Layout", "TensorCoreFP8E4M3Layout", "TensorCoreNVFP4Layout",
+                               "TensorCoreMXFP8Layout", "AsymW4A8Int8Layout"]),
+       bounds=st.tuples(st.integers(0, _FUZZ_ROWS), st.integers(0, _FUZZ_ROWS)).filter(lambda b: b[0] < b[1]))
+def test_every_cut_is_either_the_exact_rows_or_refused_for_its_tiles(layout, bounds):
+    weight, (start, stop) = _fuzz_weight(layout), bounds
+    rows, why = kitchen.quantized_rows(weight, start, stop)
+    tile = kitchen.row_rule(kitchen.layout_class(layout)).tile_rows
+    if start % tile or stop % tile:
+        assert rows is None and why.endswith(f"not aligned to its {tile}-row scale tiles")
+    else:
+        assert why == "" and torch.equal(rows.dequantize(), weight.dequantize()[start:stop])

@@ -448,4 +448,5 @@ def test_a_host_without_on_prompt_handlers_still_registers_the_routes(monkeypatc
 
 def test_the_extension_queues_the_adapted_prompt_and_says_what_changed():
     source = (PACK_ROOT / "web" / "h3kit_preflight.js").read_text(encoding="utf-8")
-    assert "prompt.output = adapted.prompt" in source and "useAdapted(prompt, report)" in source
+    # nodes the route was not sent (no class_type on a host without their type) stay in the queued prompt
+    assert "prompt.output = { ...prompt.output, ...adapted.prompt }" in source and "useAdapted(prompt, report)" in source

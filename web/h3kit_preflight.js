@@ -41,15 +41,23 @@ function isWatched(output) {
     Object.values(output).some((node) => watched.test(String(node?.class_type ?? "")));
 }
 
-/** {id: type} of the active nodes the frontend left out of the prompt because the server lacks their type. */
-function absentNodes(prompt) {
-  const output = prompt?.output ?? {};
+/** What the route checks of a queued prompt: {output: the nodes with a type, absent: {id: type} of the active nodes
+ * this server lacks}. Frontends leave such a node out of the prompt or keep it there without a class_type (1.27,
+ * 1.40 and 1.58 on a host without H3 do); the route refuses a node without one, so it goes to `absent` with the type
+ * the canvas shows. The prompt that is queued is not changed. */
+function checkedPrompt(prompt) {
   const registered = globalThis.LiteGraph?.registered_node_types ?? {};
+  const canvasNodes = new Map((prompt?.workflow?.nodes ?? []).map((node) => [String(node.id), node]));
+  const output = {};
   const absent = {};
-  for (const node of prompt?.workflow?.nodes ?? []) {
-    if (!(String(node.id) in output) && node.mode === 0 && !(node.type in registered)) absent[String(node.id)] = node.type;
+  for (const [id, node] of Object.entries(prompt?.output ?? {})) {
+    if (typeof node?.class_type === "string") output[id] = node;
+    else if (typeof canvasNodes.get(id)?.type === "string") absent[id] = canvasNodes.get(id).type;
   }
-  return absent;
+  for (const [id, node] of canvasNodes) {
+    if (!(id in output) && node.mode === 0 && !(node.type in registered)) absent[id] = node.type;
+  }
+  return { output, absent };
 }
 
 /** The server's report for a queued prompt ({output, workflow}); when the check itself could not run, a
@@ -57,11 +65,12 @@ function absentNodes(prompt) {
 async function preflight(prompt) {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), CHECK_TIMEOUT_MS);
+  const checked = checkedPrompt(prompt);
   try {
     const response = await api.fetchApi(ROUTE, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: prompt.output, absent: absentNodes(prompt) }),
+      body: JSON.stringify({ prompt: checked.output, absent: checked.absent }),
       signal: controller.signal,
     });
     const text = await response.text();
@@ -207,11 +216,12 @@ function failureKey(report) {
   return JSON.stringify(report.checks.filter((c) => c.status === "FAIL").map((c) => [c.node_id, c.detail]));
 }
 
-/** Queue the prompt the server adapted to its input layout, and say what changed. */
+/** Queue the prompt the server adapted to its input layout, and say what changed. Nodes the route was not sent
+ * (no class_type: this server lacks their type) stay as the frontend made them, for ComfyUI to report. */
 function useAdapted(prompt, report) {
   const adapted = report.adapted;
   if (!adapted?.prompt || !Array.isArray(adapted.changes) || !adapted.changes.length) return;
-  prompt.output = adapted.prompt;
+  prompt.output = { ...prompt.output, ...adapted.prompt };
   toast("info", `H3Kit adapted ${adapted.changes.length} input(s) to this ComfyUI`,
     adapted.changes.map((c) => String(c.text)).join("\n"), 12000);
 }
