@@ -24,9 +24,9 @@ from tiny_graphs import (
     DRAFT_W,
     FPS,
     KEPT_FRAMES,
-    LENGTH,
     TARGET_H,
     TARGET_W,
+    h3_length,
     nodes_of,
     tiny_graph,
     write_cached_prompts,
@@ -97,15 +97,17 @@ def test_two_stage_graph_runs_to_its_mp4_with_the_drafts_audio(h3_host, name):
     graph, changes = tiny_graph(name, h3_host, prefix=f"s1_{name}")
     entry = run_ok(h3_host, graph)
     media = probe(saved_video(h3_host, entry, graph))
-    assert media["size"] == (TARGET_W, TARGET_H) and media["frames"] == KEPT_FRAMES, (media, changes)
+    length = h3_length(graph)
+    kept = KEPT_FRAMES[length]
+    assert media["size"] == (TARGET_W, TARGET_H) and media["frames"] == kept, (media, changes)
     assert media["audio_streams"] == 1, "the draft's audio must be muxed into the refined video (F21)"
-    assert abs(media["audio_s"] - KEPT_FRAMES / FPS) < MAX_AV_DRIFT_S, media  # trimmed with the frames
+    assert abs(media["audio_s"] - kept / FPS) < MAX_AV_DRIFT_S, media  # trimmed with the frames
     (handoff,) = nodes_of(graph, "H3KitDraftToLTX")
     report = report_shown(entry, graph, [handoff, 4])
     if report is not None:  # the Ref2VA two-stage graph shows neither report
-        assert report["source"] == {"width": DRAFT_W, "height": DRAFT_H, "frames": LENGTH, "on_h3_grid": True}
-        assert report["encoder"] == {"width": DRAFT_W, "height": DRAFT_H, "frames": KEPT_FRAMES}
-        assert report["resample"] is False and report["dropped_frames"] == LENGTH - KEPT_FRAMES
+        assert report["source"] == {"width": DRAFT_W, "height": DRAFT_H, "frames": length, "on_h3_grid": True}
+        assert report["encoder"] == {"width": DRAFT_W, "height": DRAFT_H, "frames": kept}
+        assert report["resample"] is False and report["dropped_frames"] == length - kept
     (guard,) = nodes_of(graph, "H3KitLatentGuard")
     verdict = report_shown(entry, graph, [guard, 1])
     if verdict is not None:
@@ -124,12 +126,14 @@ def test_native_lowvram_graph_runs_to_its_mp4_with_both_patches_reported(h3_host
 
 
 def assert_single_stage_mp4(server, entry: dict, graph: dict, changes: list[str]) -> None:
-    """The H3 draft itself: 128x64, 22 frames, its own audio (37 latents at 40/s = 0.925 s) in sync with them."""
+    """The H3 draft itself: 128x64, all its frames, its own audio (round(frames / 24 * 40) latents at 40/s: 22 frames
+    -> 37 latents = 0.925 s) in sync with them."""
     media = probe(saved_video(server, entry, graph))
-    assert media["size"] == (DRAFT_W, DRAFT_H) and media["frames"] == LENGTH, (media, changes)
+    length = h3_length(graph)
+    assert media["size"] == (DRAFT_W, DRAFT_H) and media["frames"] == length, (media, changes)
     assert media["audio_streams"] == 1, "VAEDecodeAudio -> CreateVideo: the H3 audio must be in the mp4 (F21)"
-    h3_audio_s = round(LENGTH / FPS * H3_AUDIO_LATENTS_PER_S) / H3_AUDIO_LATENTS_PER_S
-    assert abs(media["audio_s"] - h3_audio_s) < MAX_AV_DRIFT_S and abs(media["audio_s"] - LENGTH / FPS) < MAX_AV_DRIFT_S
+    h3_audio_s = round(length / FPS * H3_AUDIO_LATENTS_PER_S) / H3_AUDIO_LATENTS_PER_S
+    assert abs(media["audio_s"] - h3_audio_s) < MAX_AV_DRIFT_S and abs(media["audio_s"] - length / FPS) < MAX_AV_DRIFT_S
 
 
 def test_ref2va_two_characters_graph_runs_to_its_mp4_with_both_pictures_referenced(h3_host):
@@ -210,7 +214,8 @@ def test_run_renders_each_graph_and_verifies_its_mp4(h3_host, request, tmp_path,
     graph, _ = tiny_graph(name, server, prefix=f"s1_run_{name}", adapt=False)
     code, out = run_cli(graph, server, tmp_path, capsys)
     assert code == 0, out
-    frames, size = (KEPT_FRAMES, (TARGET_W, TARGET_H)) if two_stage else (LENGTH, (DRAFT_W, DRAFT_H))
+    length = h3_length(graph)
+    frames, size = (KEPT_FRAMES[length], (TARGET_W, TARGET_H)) if two_stage else (length, (DRAFT_W, DRAFT_H))
     rows = out.splitlines()
     assert any("ADAPTED node" in row and "input 'format.codec' -> 'codec'" in row for row in rows), out
     for line in (f"{frames} frames decode, not black, not constant", f"{size[0]}x{size[1]} as the graph asks",

@@ -14,8 +14,10 @@ What `tiny_graph` changes (every change is returned as one line of `changes`; no
 - UnetLoaderGGUF -> UNETLoader with the tiny LTX refiner, only where the ComfyUI-GGUF pack is not installed;
 - the LTX refine prompt's text encoder (Gemma; no tiny one) -> the cached prompt: CLIPLoader + CLIPTextEncode become
   H3KitLoadConditioning, as in the shipped _cached_cond graph;
-- sizes: H3 width x height x length (1344x768x124 and the others) -> 128x64x22 (22 = 17k+5); the handoff's target
-  -> 256x128 (exactly twice the draft, as 672x384 -> 1344x768);
+- sizes: H3 width x height (1344x768 and the others) -> 128x64, length -> 22 (17k+5) except in the Ref2VA graphs,
+  whose prompt node times its shots against the same length (the pack's validator refuses a mismatch, and a
+  22-frame clip cannot hold the shipped shots); the handoff's target -> 256x128 (exactly twice the draft, as
+  672x384 -> 1344x768);
 - SaveVideo: filename_prefix; then the pack's own host-layout adaptation (checks/host_layout.py, as `run` and the
   editor apply it: SaveVideo's codec in this host's layout).
 Everything else (prompts, samplers, steps, seeds, shifts, guards, low-VRAM nodes, links) is the shipped graph.
@@ -40,7 +42,7 @@ from tiny_h3_models import dit_name as h3_dit_name
 API = Path(__file__).resolve().parent.parent / "workflows" / "api"
 DRAFT_W, DRAFT_H, LENGTH = 128, 64, 22  # H3: multiples of 32, a 17k+5 length
 TARGET_W, TARGET_H = 2 * DRAFT_W, 2 * DRAFT_H
-KEPT_FRAMES = 17  # 22 trimmed to LTX's 8n+1
+KEPT_FRAMES = {22: 17, 124: 121, 243: 241}  # an H3 length trimmed to LTX's 8n+1 (124 -> 121: field notes)
 FPS = 24.0
 LTX_PROMPT = "tiny_refine.safetensors"
 LTX_CAPTION_CHANNELS = 16  # tiny_ltx_models.DIT_CONFIG: the LTXAV context is [video | audio] halves of this width
@@ -142,6 +144,12 @@ def nodes_of(graph: dict, class_type: str) -> list[str]:
     return [nid for nid, node in graph.items() if node["class_type"] == class_type]
 
 
+def h3_length(graph: dict) -> int:
+    """The frame count the graph's H3 node renders (one H3 node per shipped graph)."""
+    (length,) = {node["inputs"]["length"] for node in graph.values() if node["class_type"] in H3_SIZED}
+    return length
+
+
 def _tiny_node(edit: _Editor, nid: str, node: dict, served: dict, h3: str, ltx: str, text_dim: int) -> None:
     ct, inputs = node["class_type"], node["inputs"]
     if ct == "UNETLoader":
@@ -171,7 +179,10 @@ def _tiny_node(edit: _Editor, nid: str, node: dict, served: dict, h3: str, ltx: 
     elif ct == "CLIPLoader":
         _cached_refine_prompt(edit, nid, inputs["type"])
     elif ct in H3_SIZED:
-        for key, value in (("width", DRAFT_W), ("height", DRAFT_H), ("length", LENGTH)):
+        sizes = (("width", DRAFT_W), ("height", DRAFT_H))
+        if not nodes_of(edit.graph, "H3KitRef2VAPrompt"):
+            sizes += (("length", LENGTH),)
+        for key, value in sizes:
             edit.set(nid, key, value)
     elif ct == "H3KitDraftToLTX":
         edit.set(nid, "target_width", TARGET_W)
