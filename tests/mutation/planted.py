@@ -42,9 +42,9 @@ MUTANTS: list[Mutant] = [
            "return float((x * y).sum()) / denom", "return abs(float((x * y).sum())) / denom", F01),
     Mutant("M04", "LTX attention patch never splits heads", "kernels/chunked.py",
            "    ranges = split_ranges(heads, groups)\n    state: dict[str, Any] = {\"out\": None, \"reason\": \"\"}\n\n"
-           "    def attend(v_group, h0, h1, out):",
+           "    masked = {} if mask is None else",
            "    ranges = split_ranges(heads, 1)\n    state: dict[str, Any] = {\"out\": None, \"reason\": \"\"}\n\n"
-           "    def attend(v_group, h0, h1, out):", LOWVRAM),
+           "    masked = {} if mask is None else", LOWVRAM),
     Mutant("M05", "H3 patch always builds the fused qkv, report still says per-group", "kernels/chunked.py",
            "        out = None\n        for (h0, h1), parts in zip(ranges, slices, strict=True):",
            "        state[\"fused\"] = F.linear(inp, weight, bias)\n        out = None\n"
@@ -84,7 +84,7 @@ MUTANTS: list[Mutant] = [
            'rows = load_effect_rows(node, "effect", info) * strength', 'rows = load_effect_rows(node, "effect", info)',
            SPLICE),
     Mutant("M19", "splice cross-check compares shapes only", "nodes/effects.py",
-           "not torch.allclose(host_rows, rows, rtol=1e-3, atol=1e-5)", "False", SPLICE),
+           "host_rows.shape != rows.shape or not torch.equal(host_rows, rows)", "False", SPLICE),
     # ------------------------------------------------------------------ SageAttention launcher
     Mutant("M20", "quantizer gets BLOCK_M as its k block", "kernels/sage_turing.py",
            "BLKK=config.block_n", "BLKK=config.block_m", SAGE, needs="sage"),
@@ -95,9 +95,9 @@ MUTANTS: list[Mutant] = [
            'return LaunchConfig("turing-safe", 4 if head_dim == 64 else 8, 1, fp16_output=False)', SAGE, needs="sage"),
     # ------------------------------------------------------------------ run
     Mutant("M23", "a lost job exits 0", "scripts/run.py",
-           '    if outcome.state in ("lost", "refused"):\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
+           '    if outcome.state in ("lost", "refused"):\n        warn(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
            "        return EXIT_FAILED",
-           '    if outcome.state in ("lost", "refused"):\n        say(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
+           '    if outcome.state in ("lost", "refused"):\n        warn(label, f"FAIL  prompt {prompt_id}: {outcome.note}")\n'
            "        return EXIT_OK", RUN),
     Mutant("M24", "failed output verification exits 0", "scripts/run.py",
            "return EXIT_FAILED if any(c.status == FAIL for c in checks) else EXIT_OK",
