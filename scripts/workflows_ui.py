@@ -51,6 +51,9 @@ HANDOFF_CLASSES = {"H3KitDraftToLTX"}
 LTX_CLASSES = {"H3KitRefineSetup", "ModelSamplingLTXV", "LTXAVTextEncoderLoader"}
 
 SLOT_H, WIDGET_H, MULTILINE_H = 20, 24, 110
+# The editor draws a loaded picture or video below an upload node's widgets and grows the node to fit it; reserving
+# that room keeps the node from covering the one stacked under it once the user picks a file.
+UPLOAD_PREVIEW_H = 240
 TITLE_H, COL_GAP, ROW_GAP, GROUP_PAD, GROUP_TITLE_H = 30, 90, 50, 20, 45
 
 
@@ -226,6 +229,7 @@ def node_size(info: dict, api_inputs: dict, title: str) -> list[int]:
     multiline = any(input_kind(w.spec)[1].get("multiline") for w in widgets)
     height = max(link_only, len(info.get("output", []))) * SLOT_H + len(widgets) * WIDGET_H + 10
     height += MULTILINE_H if multiline else 0
+    height += UPLOAD_PREVIEW_H if any(w.spec == ["IMAGEUPLOAD"] for w in widget_layout(info, api_inputs)) else 0
     width = max(400 if multiline else 270, 8 * len(title) + 60)
     return [width, max(height, 2 * SLOT_H + 6)]
 

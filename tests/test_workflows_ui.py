@@ -143,6 +143,20 @@ def test_layout_runs_left_to_right_without_overlaps(name):
         assert boxes[origin][2] < boxes[target][0], f"link {origin} -> {target} runs right to left"
 
 
+LOAD_IMAGE_MIN_HEIGHT = 314  # the smallest LoadImage in the official templates (comfyui-workflow-templates-json 0.1.47)
+
+
+def test_picture_upload_nodes_hold_room_for_the_picture(schemas):
+    """The editor draws a picked picture inside LoadImage and grows the node to fit; a node sized for its widgets only
+    then covers the node under it (the Ref2VA prompt, found on 0.33.0's editor)."""
+    uploads = [(name, n) for name in NAMES for n in _ui(name)["nodes"]
+               if any(w.spec == ["IMAGEUPLOAD"] for w in wui.widget_layout(schemas[n["type"]], {}))]
+    assert {n["type"] for _name, n in uploads} == {"LoadImage"}
+    assert len(uploads) == 4  # two pictures in each Ref2VA graph
+    for name, node in uploads:
+        assert node["size"][1] >= LOAD_IMAGE_MIN_HEIGHT, f"{name}: node {node['id']} is {node['size'][1]} px tall"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_groups_hold_their_stage_and_do_not_overlap(name):
     ui = _ui(name)
