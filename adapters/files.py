@@ -11,7 +11,8 @@ workflows) goes through here:
 It is also the one home of the rules for names and paths the pack is given: `name_problem` (a file name H3Kit
 creates must work on Linux, Windows and macOS: at most 255 bytes, no reserved device name, no character any of
 them forbids) and `open_regular` / `regular_file_problem` (a path read as a file must be a regular file: a
-FIFO or a device would block or never end, and is refused before it is opened for reading).
+FIFO or a device would block or never end, and is refused before it is opened for reading), and of
+`sniff_file`: what a file is, from its first bytes (the signatures are checks/filetypes.py's).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from ..checks.filetypes import HEAD_BYTES, FileKind, sniff
 
 TEMP_SUFFIX = ".tmp"
 MAX_NAME_TRIES = 10_000
@@ -121,6 +124,16 @@ def open_regular(path: Path | str, mode: str = "rb", buffering: int = -1) -> IO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def sniff_file(path: Path | str) -> FileKind | None:
+    """The kind of the file at `path`, or None when it cannot be opened or is not a regular file (a FIFO or a
+    device is never read: it would block or never end; the caller reports why)."""
+    try:
+        with open_regular(path) as handle:
+            return sniff(handle.read(HEAD_BYTES))
+    except OSError:
+        return None
 
 
 class TargetExists(FileExistsError):

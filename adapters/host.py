@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -10,9 +9,7 @@ from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 
-from ..checks.facts import parse_version  # noqa: F401 - the version parser, re-exported for the host's callers
-
-LOG = logging.getLogger("H3Kit")
+from .log import LOG
 
 
 class HostUnavailable(RuntimeError):

@@ -17,7 +17,8 @@
   and answers; this one only fills the gap.
 
 ``register_routes()`` adds them to ``PromptServer.instance.routes`` (and the handler with
-``add_on_prompt_handler``) when ComfyUI's server module is loaded;
+``add_on_prompt_handler``) when ComfyUI's server module is loaded; the registration (__init__.py) hands in what
+the checks need of the pack's own nodes (``PackNodes``), as adapters never import nodes/;
 importing this module imports neither ComfyUI nor aiohttp, so the pack and its tests import it anywhere.
 """
 
@@ -37,13 +38,15 @@ from ..checks.graph import is_link
 from ..checks.host_layout import Adaptation, adapt_graph
 from ..checks.invocation import command
 from ..checks.problem import FAIL, PASS, WARN, Check
+from ..checks.rules_files import ModelFiles
 from ..checks.schemas import class_info, providing_pack
 from ..checks.server import comfyui_version_check
 from ..checks.validator import declared_inputs
 from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
-from ..nodes.common import LOG, log_once
 from . import preflight_request
 from .host import comfyui_version, host_loaded, host_module
+from .log import LOG, log_once
+from .model_folders import host_files
 from .preflight_request import MAX_NODES, RequestRefused, prompt_graph, read_json
 
 PREFLIGHT_ROUTE = "/h3kit/preflight"
@@ -60,7 +63,7 @@ class HostView:
 
     schemas: dict[str, dict]  # /object_info entries of the graph's node types
     node_ids: set[str]  # every registered node type
-    locate: Callable[[str, str], Path | None] | None = None  # (folder, file) -> path; None: files not checked
+    files: ModelFiles | None = None  # the host's model files; None: files not checked
     disabled: Mapping[str, list[str]] = field(default_factory=dict)  # {package: H3Kit nodes it would enable}
     pack_of: Callable[[str], str | None] = providing_pack  # who provides a node the host lacks
     environment: Callable[[dict], list[Check]] = lambda graph: []  # the server's own checks for this graph
@@ -78,7 +81,7 @@ def preflight_checks(graph: dict, host: HostView) -> list[Check]:
     """The graph on `host`: nodes it lacks (F35), schema checks and every rule, model files and their headers,
     then the server's environment."""
     graph = without_frontend_widgets(graph, host.schemas)
-    found = graph_checks(graph, host.schemas, host.locate, host.node_ids, host.disabled, pack_of=host.pack_of)
+    found = graph_checks(graph, host.schemas, host.files, host.node_ids, host.disabled, pack_of=host.pack_of)
     return [*host.notes, *found, *host.environment(graph)]
 
 
@@ -163,7 +166,7 @@ def node_schemas(node_classes: Mapping[str, type], class_types: Iterable[str]) -
 def machine_checks() -> tuple[Check, ...]:
     # Packages, GPU and attention backends do not change under a running server (installing one needs a
     # restart to take effect), so they are read once per process.
-    return tuple(local_checks())
+    return tuple(local_checks(comfyui_version()))
 
 
 def served_node_classes() -> Mapping[str, type]:
@@ -183,14 +186,20 @@ def server_environment(graph: dict) -> list[Check]:
             *machine_checks()]
 
 
-def comfyui_host(graph: dict) -> HostView:
-    from ..nodes import DISABLED_NODES
-    from ..nodes.preflight import host_locator, pack_of
+@dataclass(frozen=True)
+class PackNodes:
+    """What the routes know of the pack's own nodes, handed in at registration (__init__.py): adapters/ never
+    import nodes/."""
 
+    disabled: Mapping[str, list[str]]  # {package: H3Kit nodes it would enable}
+    pack_of: Callable[[str], str | None]  # who provides a node the host lacks
+
+
+def comfyui_host(graph: dict, pack: PackNodes) -> HostView:
     registered = served_node_classes()
     types = [n.get("class_type") for n in graph.values() if isinstance(n.get("class_type"), str)]
     schemas, notes = node_schemas(registered, types)
-    return HostView(schemas, set(registered), host_locator(), DISABLED_NODES, pack_of, server_environment, notes)
+    return HostView(schemas, set(registered), host_files(), pack.disabled, pack.pack_of, server_environment, notes)
 
 
 # --- aiohttp handlers -----------------------------------------------------------------------------
@@ -212,9 +221,9 @@ def _checker() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3kit-preflight")
 
 
-async def handle_preflight(request: Any) -> Any:
+async def handle_preflight(request: Any, pack: PackNodes) -> Any:
     """The editor's check: the body's transport and shape by adapters/preflight_request.py (400/413 with the
-    reason), then the checks of `preflight_report`."""
+    reason), then the checks of `preflight_report` on this ComfyUI (`comfyui_host`)."""
     from aiohttp import web
 
     started = time.perf_counter()
@@ -224,7 +233,7 @@ async def handle_preflight(request: Any) -> Any:
         return _error(web, refused.status, refused.message, refused.fix)
     try:
         report = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-            _checker(), preflight_report, graph, comfyui_host, absent), preflight_request.CHECK_S)
+            _checker(), preflight_report, graph, lambda full: comfyui_host(full, pack), absent), preflight_request.CHECK_S)
     except asyncio.TimeoutError:
         return _error(web, 413, f"the graph could not be checked within {preflight_request.CHECK_S:.0f} s",
                       f"check a smaller graph, or run `{command('validate FILE')}` on the exported API graph")
@@ -277,7 +286,7 @@ def adapt_queued_prompt(json_data: Any) -> Any:
     return json_data
 
 
-def register_routes(pack_folder: str) -> bool:
+def register_routes(pack_folder: str, pack: PackNodes) -> bool:
     """Add the routes to the running ComfyUI's PromptServer; False (logged once) when there is none."""
     if not host_loaded("server"):
         return False
@@ -289,13 +298,22 @@ def register_routes(pack_folder: str) -> bool:
         return False
     try:
         routes.get(PREFLIGHT_ROUTE)(describe_preflight)
-        routes.post(PREFLIGHT_ROUTE)(handle_preflight)
+        routes.post(PREFLIGHT_ROUTE)(preflight_handler(pack))
         routes.get(f"/workflow_templates/{pack_folder}/{{name}}")(serve_template)
     except Exception:  # noqa: BLE001 - a host whose router refuses a route must still load the nodes
         LOG.error("H3Kit: could not register the pack's HTTP routes; the editor preflight is off", exc_info=True)
         return False
     register_prompt_adapter(prompt_server)
     return True
+
+
+def preflight_handler(pack: PackNodes) -> Callable[[Any], Any]:
+    """The POST route's handler: an aiohttp handler takes only the request."""
+
+    async def check_graph(request: Any) -> Any:
+        return await handle_preflight(request, pack)
+
+    return check_graph
 
 
 def register_prompt_adapter(prompt_server: Any) -> bool:

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from .log import LOG
+
 OPT_OUT_ENV = "H3KIT_TURING_FP16"
 LTX_CONFIG_CLASSES = ("LTXV", "LTXAV")
 H3_CONFIG_CLASSES = ("MiniMaxH3",)
@@ -36,7 +38,6 @@ _ON_VALUES = {"", "1", "true", "on", "yes"}
 GGUF_REFINER_HINT = "ltx-2.5-22b-distilled-transformer-bf16-Q4_K_M.gguf (UnetLoaderGGUF)"
 
 Capability = tuple[int, int]
-LOG = logging.getLogger("H3Kit")  # the pack's logger (nodes/common.py); adapters never import nodes
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from pathlib import Path
 from re import compile as regex
 from typing import Any
 
-from ..adapters.host import comfyui_version
 from .facts import MIN_COMFYUI, MIN_KITCHEN, MIN_TORCH_CUDA_MAJOR, parse_version, version_text
 from .invocation import clone_command
 from .problem import FAIL, PASS, WARN, Check
@@ -86,13 +85,13 @@ def find_comfyui(env: dict[str, str] | None = None, cwd: Path | None = None) -> 
 
 
 def local_comfyui_version(env: dict[str, str] | None = None) -> str | None:
-    """The ComfyUI this Python serves: the running one (inside ComfyUI), a pip-installed ComfyUI in this
-    environment (the installable fork: distribution 'comfyui'), else the checkout this clone sits in
-    (ComfyUI/custom_nodes/<pack>), $COMFYUI_DIR or the current folder (comfyui_candidates); None when none is
-    found."""
-    running = comfyui_version() or dist_version("comfyui")
-    if running:
-        return running
+    """The ComfyUI this Python serves, found from outside it (inside ComfyUI the caller has the running one:
+    adapters/host.comfyui_version): a pip-installed ComfyUI in this environment (the installable fork: distribution
+    'comfyui'), else the checkout this clone sits in (ComfyUI/custom_nodes/<pack>), $COMFYUI_DIR or the current
+    folder (comfyui_candidates); None when none is found."""
+    installed = dist_version("comfyui")
+    if installed:
+        return installed
     for folder in comfyui_candidates(env):
         try:
             match = _VERSION_LINE.search((folder / "comfyui_version.py").read_text(encoding="utf-8")[:4096])
@@ -303,8 +302,8 @@ def triton_check(env: dict[str, str] | None = None) -> Check:
 
 def local_checks(comfyui: str | None = None) -> list[Check]:
     """This machine, judged for what matters on it: CUDA-build and GPU checks only where there is a GPU,
-    kitchen against the ComfyUI this Python serves (`comfyui`, default: the one found by
-    local_comfyui_version)."""
+    kitchen against the ComfyUI this Python serves (`comfyui`: the running one's version inside ComfyUI,
+    adapters/host.comfyui_version; None: the one local_comfyui_version finds)."""
     comfyui = comfyui or local_comfyui_version()
     checks = [check_python()]
     has_torch = dist_version("torch") is not None

@@ -2,7 +2,7 @@
 
 Every command that reads a file names the kind it found when the file is not what it expects ("sheet.png is a
 PNG image, not a conditioning cache"); output names are checked against the format a command writes. Pure
-Python: `sniff(head)` reads bytes, `sniff_file(path)` reads at most HEAD_BYTES of a file.
+Python: `sniff(head)` reads bytes; adapters/files.py `sniff_file(path)` reads at most HEAD_BYTES of a file.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-
-from ..adapters.files import open_regular
 
 HEAD_BYTES = 4096  # enough for every signature below and a safetensors header's first key
 MAX_SAFETENSORS_HEADER = 100_000_000  # the safetensors library's own limit on the JSON header (MAX_HEADER_SIZE)
@@ -129,22 +127,6 @@ def sniff(head: bytes) -> FileKind:
     else:
         key = _text_kind(head)
     return KINDS[key]
-
-
-def sniff_file(path: Path | str) -> FileKind | None:
-    """The kind of the file at `path`, or None when it cannot be opened or is not a regular file (a FIFO or a
-    device is never read: it would block or never end; the caller reports why)."""
-    try:
-        with open_regular(path) as handle:
-            return sniff(handle.read(HEAD_BYTES))
-    except OSError:
-        return None
-
-
-def described(path: Path | str, kind: FileKind | None = None) -> str:
-    """'sheet.png is a PNG image' (the kind sniffed when not given), for messages."""
-    kind = kind or sniff_file(path) or KINDS["unknown"]
-    return f"{path} is {kind.text}"
 
 
 def output_name_problem(path: Path | str, wanted: str) -> str | None:

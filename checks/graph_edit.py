@@ -9,7 +9,7 @@ import json
 import random
 from typing import Any
 
-from .filetypes import AUDIO_KINDS, IMAGE_KINDS, VIDEO_KINDS, sniff_file
+from .filetypes import AUDIO_KINDS, IMAGE_KINDS, VIDEO_KINDS, FileKind
 from .graph import inputs_of
 from .problem import printable
 
@@ -132,9 +132,9 @@ def parse_upload(item: str, graph: dict) -> tuple[str, str]:
     return find_node(graph, ref), path
 
 
-def check_upload_kind(item: str, class_type: str, path: str) -> None:
-    """--upload NODE=PATH: the file must be what the loader reads (recognised by its first bytes)."""
-    kind = sniff_file(path)
+def check_upload_kind(item: str, class_type: str, path: str, kind: FileKind | None) -> None:
+    """--upload NODE=PATH: the file must be what the loader reads. `kind`: what its first bytes say it is
+    (adapters/files.sniff_file), None when it cannot be read."""
     if kind is None:
         raise GraphEditError(f"--upload '{printable(item)}': {printable(path)} cannot be read")
     wanted = UPLOAD_KINDS.get(class_type)

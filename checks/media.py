@@ -1,30 +1,16 @@
 """Verdicts on a downloaded output video: it decodes, is not black or one colour, moves, has the size and
 frame count the graph asks for (F19, F20) and audible audio when the graph muxes audio (F21).
-Decoding and the frame thresholds live in kernels/ (imported when a file is checked)."""
+Pure: the decoded file comes in (kernels/mux.verify_video decodes it and calls these)."""
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from .expect import Expect
 from .problem import FAIL, PASS, WARN, Check, printable
 
 SILENCE_DBFS = -60.0  # audio RMS below this is silence
-
-
-def verify_video(path: Path, expect: Expect, seconds: float | None = None) -> list[Check]:
-    """Decode the file (kernels/mux.read_mp4, the one media verifier; within `seconds` when given, always within
-    its own limits) and judge it against what the graph asks."""
-    from ..kernels.mux import read_mp4
-
-    try:
-        info = read_mp4(path, seconds)
-    except Exception as exc:  # noqa: BLE001 - any decode failure (PyAV raises many types) is the finding
-        return [Check(FAIL, "video", f"{path.name} does not decode: {type(exc).__name__}: {printable(exc, 200)}",
-                      "check the server log; the file may be truncated")]
-    return video_checks(path.name, info, expect)
 
 
 def video_checks(name: str, info: Any, expect: Expect) -> list[Check]:

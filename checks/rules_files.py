@@ -1,24 +1,21 @@
-"""Rules that read local model files a graph names: safetensors headers (F13, F14) and H3 embedding widths.
+"""Rules on the local model files a graph names: safetensors headers (F13, F14) and H3 embedding widths.
 
-`safetensors_lint(locate)` builds the rule; `locate(folder, name)` returns the file's path or None when it
-is not on this machine (`folder_locator(models_dir)` for a ComfyUI models/ folder; inside ComfyUI the
-preflight node passes one over folder_paths). Headers are read by adapters/safetensors_file.py, the one reader.
+`safetensors_lint(files)` builds the rule over a `ModelFiles`: where a file is and what it holds, read by
+adapters/model_folders.py (a ComfyUI models/ folder, or the running ComfyUI's folder_paths) through
+adapters/safetensors_file.py, the one header reader. The rules here open no file themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from re import compile as regex
 from typing import Any
 
-from ..adapters.files import regular_file_problem
-from ..adapters.safetensors_file import SafetensorsHeaderError as HeaderError
-from ..adapters.safetensors_file import read_header as read_safetensors_header
 from .facts import H3_EMBEDDING_WIDTH
-from .filetypes import sniff_file
+from .filetypes import FileKind
 from .graph import input_kind, nodes_of, resolved
-from .model_files import FOLDER_ALIASES
 from .problem import Problem
 
 # Model inputs of nodes whose schema does not say which folder they read (live servers never do).
@@ -74,9 +71,22 @@ def is_quantized(header: dict[str, Any]) -> bool:
                and str(tensors.get(k[: -len("_scale")], {}).get("dtype")) == "U8" for k, v in tensors.items())
 
 
-def header_problems(nid: str, ct: str, name: str, folder: str, path: Path) -> list[Problem]:
+@dataclass(frozen=True)
+class ModelFiles:
+    """The model files of one machine as the file rules see them (adapters/model_folders.py builds one).
+
+    locate(folder, name): the file's path, None when it is not on this machine; header(path): its safetensors
+    header as JSON, raising OSError or ValueError (the reader's SafetensorsHeaderError) when it cannot be read;
+    kind(path): what the file's first bytes say it is, None when it cannot be read."""
+
+    locate: Callable[[str, str], Path | None]
+    header: Callable[[Path], dict[str, Any]]
+    kind: Callable[[Path], FileKind | None]
+
+
+def header_problems(nid: str, ct: str, name: str, folder: str, path: Path, files: ModelFiles) -> list[Problem]:
     if path.suffix.lower() == ".gguf":
-        kind = sniff_file(path)
+        kind = files.kind(path)
         if kind is not None and kind.key != "gguf":
             return [Problem(nid, ct, name, path.name, f"{path} is {kind.text}, not a GGUF model file",
                             "download the file again (compare its size with the source)")]
@@ -84,8 +94,8 @@ def header_problems(nid: str, ct: str, name: str, folder: str, path: Path) -> li
     if path.suffix.lower() != ".safetensors":
         return []
     try:
-        header = read_safetensors_header(path).json
-    except (OSError, HeaderError) as exc:
+        header = files.header(path)
+    except (OSError, ValueError) as exc:
         return [Problem(nid, ct, name, path.name, f"F13: cannot read the safetensors header of {path}: {exc}",
                         "re-download the file (compare its size with the source)")]
     metadata = header.get("__metadata__")
@@ -119,7 +129,7 @@ def embedding_width(header: dict[str, Any]) -> int | None:
     return None
 
 
-def embedding_problems(graph: dict, locate: Callable[[str, str], Path | None]) -> list[Problem]:
+def embedding_problems(graph: dict, files: ModelFiles) -> list[Problem]:
     problems = []
     for nid, node in nodes_of(graph, *H3_PROMPT_NODES):
         field = H3_PROMPT_NODES[node["class_type"]]
@@ -127,7 +137,7 @@ def embedding_problems(graph: dict, locate: Callable[[str, str], Path | None]) -
         if not isinstance(text, str):
             continue
         for name in EMBEDDING_NAME.findall(text):
-            path = locate("embeddings", name) or locate("embeddings", name + ".safetensors")
+            path = files.locate("embeddings", name) or files.locate("embeddings", name + ".safetensors")
             if path is None:
                 problems.append(Problem(nid, node["class_type"], field, name,
                                         f"embedding '{name}' is not in models/embeddings; ComfyUI ignores it with only "
@@ -136,8 +146,8 @@ def embedding_problems(graph: dict, locate: Callable[[str, str], Path | None]) -
             if path.suffix.lower() != ".safetensors":
                 continue
             try:
-                width = embedding_width(read_safetensors_header(path).json)
-            except (OSError, HeaderError) as exc:
+                width = embedding_width(files.header(path))
+            except (OSError, ValueError) as exc:
                 problems.append(Problem(nid, node["class_type"], field, name, f"cannot read embedding {path}: {exc}",
                                         "re-download the embedding"))
                 continue
@@ -149,43 +159,19 @@ def embedding_problems(graph: dict, locate: Callable[[str, str], Path | None]) -
     return problems
 
 
-def safetensors_lint(locate: Callable[[str, str], Path | None]) -> Callable[[dict, dict], list[Problem]]:
-    """F13/F14 header checks of the local model files the graph names, plus H3 embedding widths.
-
-    `locate(folder, name)` returns the file's path or None when it is not on this machine.
-    """
+def safetensors_lint(files: ModelFiles) -> Callable[[dict, dict], list[Problem]]:
+    """F13/F14 header checks of the model files the graph names that are on this machine, plus H3 embedding
+    widths."""
 
     def lint_model_headers(graph: dict, schemas: dict) -> list[Problem]:
         problems = []
         for nid, ct, name, folder, filename in model_inputs(graph, schemas):
-            path = locate(folder, filename)
+            path = files.locate(folder, filename)
             if path is not None:
-                problems += header_problems(nid, ct, name, folder, path)
-        return problems + embedding_problems(graph, locate)
+                problems += header_problems(nid, ct, name, folder, path, files)
+        return problems + embedding_problems(graph, files)
 
     return lint_model_headers
-
-
-def folder_locator(models_dir: Path) -> Callable[[str, str], Path | None]:
-    """locate() over a ComfyUI models/ folder; names never escape their folder."""
-    root = Path(models_dir)
-
-    def locate(folder: str, name: str) -> Path | None:
-        if not name.isprintable():  # NUL or control characters: no file has that name (the validator says so)
-            return None
-        for sub in FOLDER_ALIASES.get(folder, (folder,)):
-            try:
-                base = (root / sub).resolve()
-                candidate = (base / name).resolve()
-                if base in candidate.parents and regular_file_problem(candidate) is None:
-                    return candidate
-            except (OSError, RuntimeError, ValueError):  # a link loop (RuntimeError before Python 3.13, OSError
-                continue  # after), a name too long for the file system: no file either
-        return None
-
-    return locate
-
-
 
 
 def model_input_keys(graph: dict, schemas: dict) -> set[tuple[str, str]]:

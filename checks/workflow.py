@@ -3,7 +3,7 @@ folder, the safetensors header rules (F13/F14)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +12,10 @@ from .graph import ancestors, well_formed
 from .model_files import folder_name, how_to_get
 from .problem import FAIL, PASS, WARN, Check, problem_check
 from .rules import RULES
-from .rules_files import model_input_keys, model_inputs, safetensors_lint
+from .rules_files import ModelFiles, model_input_keys, model_inputs, safetensors_lint
 from .schemas import providing_pack
 from .server import Disabled, missing_node_checks
-from .validator import PackLookup, load_graph_file, looks_like_ui_format, supersede, validate_graph
-
-Locate = Callable[[str, str], "Path | None"]
+from .validator import PackLookup, looks_like_ui_format, supersede, validate_graph
 
 
 def default_models_dir(env: dict[str, str] | None = None, cwd: Path | None = None) -> Path | None:
@@ -26,11 +24,11 @@ def default_models_dir(env: dict[str, str] | None = None, cwd: Path | None = Non
     return folder / "models" if folder is not None else None
 
 
-def workflow_checks(graph: Any, schemas: dict, locate: Locate | None,
+def workflow_checks(graph: Any, schemas: dict, files: ModelFiles | None,
                     skip_inputs: Iterable[tuple[str, str]] = frozenset(), on_server: bool = False,
                     schema_check: bool = True, pack_of: PackLookup = providing_pack,
                     known_ids: Iterable[str] = ()) -> list[Check]:
-    """Schema validation, every rule of checks.rules.RULES and, with `locate`, safetensors headers.
+    """Schema validation, every rule of checks.rules.RULES and, with `files`, safetensors headers.
 
     schema_check=False when the host already validated the graph (the preflight node's own graph).
     """
@@ -41,20 +39,13 @@ def workflow_checks(graph: Any, schemas: dict, locate: Locate | None,
     skip = set(skip_inputs)
     problems = [p for p in problems if (p.node_id, p.input) not in skip
                 and not (on_server and "unknown node type" in p.message)]
-    rules = list(RULES) + ([safetensors_lint(locate)] if locate is not None else [])
+    rules = list(RULES) + ([safetensors_lint(files)] if files is not None else [])
     shaped = well_formed(graph)  # malformed nodes were reported by validate_graph; rules see the rest
     problems = supersede(problems, [p for rule in rules for p in rule(shaped, schemas)])
     checks = [problem_check(p) for p in problems]
     if not checks:
         checks.append(Check(PASS, "workflow", f"{len(graph)} nodes: schema checks and lints found nothing"))
     return checks
-
-
-def load_graph(path: Path) -> tuple[Any, Check | None]:
-    graph, problem = load_graph_file(path)
-    if problem is not None:
-        return None, Check(FAIL, "workflow", problem.message, problem.fix)
-    return graph, None
 
 
 def executed_nodes(graph: dict, schemas: dict) -> set[str]:
@@ -64,14 +55,14 @@ def executed_nodes(graph: dict, schemas: dict) -> set[str]:
     return ancestors(graph, outputs)
 
 
-def missing_file_checks(graph: dict, schemas: dict, locate: Locate, where: str = "models") -> list[Check]:
+def missing_file_checks(graph: dict, schemas: dict, files: ModelFiles, where: str = "models") -> list[Check]:
     """Model files the graph names that are not in this host's model folders: FAIL, or WARN where the graph runs
     without the file (its loader leads to no output, so ComfyUI never runs it). `where`: the models folder as
     the user knows it. The fix names the file's size and source (checks/model_files.py)."""
     runs = executed_nodes(graph, schemas)
     checks = []
     for nid, ct, name, folder, filename in model_inputs(graph, schemas):
-        if locate(folder, filename) is not None:
+        if files.locate(folder, filename) is not None:
             continue
         detail = f"node {nid} ({ct}) {name} = '{filename}' is not in {where}/{folder_name(folder)}"
         if nid in runs:
@@ -84,12 +75,12 @@ def missing_file_checks(graph: dict, schemas: dict, locate: Locate, where: str =
     return checks
 
 
-def preflight_checks(graph: dict, schemas: dict, locate: Locate | None, available_nodes: Iterable[str] | None,
+def preflight_checks(graph: dict, schemas: dict, files: ModelFiles | None, available_nodes: Iterable[str] | None,
                      disabled: Disabled | None = None, schema_check: bool = True,
                      pack_of: PackLookup = providing_pack, ignore: str | None = None) -> list[Check]:
     """Everything H3KitPreflight (and the editor's preflight route) checks for one graph on this host:
     nodes the host lacks (F35, when its node list is known), schema checks and every rule, safetensors
-    headers (with `locate`) and model files missing from the host's folders. `ignore`: a class_type left
+    headers (with `files`) and model files missing from the host's folders. `ignore`: a class_type left
     out (the preflight node itself)."""
     graph = {nid: n for nid, n in graph.items()  # (a node without class_type is not the ignored one: reported)
              if not (ignore is not None and isinstance(n, dict) and n.get("class_type") == ignore)}
@@ -97,12 +88,12 @@ def preflight_checks(graph: dict, schemas: dict, locate: Locate | None, availabl
     shaped = well_formed(graph)  # malformed nodes are reported by workflow_checks' schema check
     checks = (missing_node_checks(shaped, available, disabled, pack_of)
               if schema_check and available is not None else [])
-    files_checked = schema_check and locate is not None
+    files_checked = schema_check and files is not None
     # A model file the host lacks is one problem: missing_file_checks names it with the folder; the schema's
     # "not in the list" for the same input would say it twice.
     skip = model_input_keys(shaped, schemas) if files_checked else frozenset()
-    checks += workflow_checks(graph, schemas, locate, skip_inputs=skip, on_server=available is not None,
+    checks += workflow_checks(graph, schemas, files, skip_inputs=skip, on_server=available is not None,
                               schema_check=schema_check, pack_of=pack_of)
     if files_checked:
-        checks += missing_file_checks(shaped, schemas, locate)
+        checks += missing_file_checks(shaped, schemas, files)
     return checks

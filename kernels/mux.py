@@ -15,6 +15,9 @@ import numpy as np
 import torch
 
 from ..adapters.files import atomic_path
+from ..checks.expect import Expect
+from ..checks.media import video_checks
+from ..checks.problem import FAIL, Check, printable
 
 AUDIO_LAYOUTS = {1: "mono", 2: "stereo"}
 TALLY_CHUNK_FRAMES = 4  # decoded frames classified at once (a 1344x768 float copy is 12 MB each)
@@ -150,6 +153,17 @@ def read_mp4(path: Path, seconds: float | None = None) -> Mp4Info:
             rms = level.rms()
     return Mp4Info(*video, *audio, first_frame=tally.first, last_frame=tally.last, audio_rms=rms,
                    black_frames=tally.black, solid_frames=tally.solid, still_frames=tally.still, stopped=stopped)
+
+
+def verify_video(path: Path, expect: Expect, seconds: float | None = None) -> list[Check]:
+    """Decode the file (read_mp4, the one media verifier; within `seconds` when given, always within its own
+    limits) and judge it against what the graph asks (checks/media.py)."""
+    try:
+        info = read_mp4(path, seconds)
+    except Exception as exc:  # noqa: BLE001 - any decode failure (PyAV raises many types) is the finding
+        return [Check(FAIL, "video", f"{path.name} does not decode: {type(exc).__name__}: {printable(exc, 200)}",
+                      "check the server log; the file may be truncated")]
+    return video_checks(path.name, info, expect)
 
 
 def _limit(done: float, most: float, what: str, stop_at: float) -> str:

@@ -13,7 +13,8 @@ import importlib.util
 from importlib import import_module
 
 from ..adapters.host import guard_input_types
-from .common import LOG
+from ..adapters.log import LOG
+from ..checks.schemas import providing_pack
 
 # One entry per capability module in this folder; add yours here.
 NODE_MODULES: tuple[str, ...] = (
@@ -63,3 +64,9 @@ NODE_CLASS_MAPPINGS: dict[str, type] = collect_nodes()
 NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {
     node_id: getattr(cls, "DISPLAY_NAME", node_id) for node_id, cls in NODE_CLASS_MAPPINGS.items()
 }
+
+
+def pack_of(class_type: str) -> str | None:
+    """Who provides `class_type` (checks/schemas.providing_pack), knowing this pack's nodes, the disabled ones too."""
+    own = set(NODE_CLASS_MAPPINGS) | {node_id for ids in DISABLED_NODES.values() for node_id in ids}
+    return providing_pack(class_type, DISABLED_NODES, own)

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
+from ..adapters.log import LOG, log_once
 from ..kernels import sdpa_backend
-from .common import LOG, H3KitInputError, Report, category, install_sampling_summary, log_once
+from .common import H3KitInputError, Report, category, install_sampling_summary
 
 OVERRIDE_KEY = "optimized_attention_override"
 WRAPPER_KEY = "h3kit_attention_backend"

@@ -1,4 +1,4 @@
-"""Shared vocabulary of every H3Kit node: one logger, errors that name the fix, and JSON reports.
+"""Shared vocabulary of every H3Kit node: errors that name the fix, and JSON reports (the logger: adapters/log.py).
 
 Nothing here imports ComfyUI or touches CUDA, so every node module stays importable anywhere.
 """
@@ -6,12 +6,11 @@ Nothing here imports ComfyUI or touches CUDA, so every node module stays importa
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
-LOG = logging.getLogger("H3Kit")
+from ..adapters.log import LOG, log_once
+
 CATEGORY_ROOT = "H3Kit"
-_LOGGED_ONCE: set[str] = set()
 
 
 class H3KitInputError(ValueError):
@@ -27,15 +26,6 @@ class H3KitInputError(ValueError):
 def _short_repr(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def log_once(key: str, message: str, level: int = logging.WARNING) -> bool:
-    """Log `message` the first time `key` is seen in this process; return True when it was logged."""
-    if key in _LOGGED_ONCE:
-        return False
-    _LOGGED_ONCE.add(key)
-    LOG.log(level, message)
-    return True
 
 
 class Report:

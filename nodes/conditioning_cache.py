@@ -21,8 +21,9 @@ from ..adapters.host import (
     host_module,
     model_folder,
 )
+from ..adapters.log import LOG, log_once
 from ..checks.invocation import command
-from .common import LOG, H3KitInputError, Report, category, log_once
+from .common import H3KitInputError, Report, category
 from .cond_cache_format import (
     CacheError,
     cache_file_name,

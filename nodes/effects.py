@@ -34,11 +34,12 @@ from typing import Any
 import torch
 
 from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module, running_host_node_ids
+from ..adapters.log import log_once
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
 from ..checks import facts, server
 from ..checks.rules_lints import effect_prompt_wiring
 from . import effect_tokens
-from .common import H3KitInputError, Report, category, log_once
+from .common import H3KitInputError, Report, category
 
 CATEGORY = category("Effects")
 H3_WIDTH = facts.H3_EMBEDDING_WIDTH

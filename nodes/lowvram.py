@@ -20,8 +20,9 @@ from typing import Any
 import torch
 
 from ..adapters import kitchen
+from ..adapters.log import LOG, log_once
 from ..kernels import chunked
-from .common import LOG, H3KitInputError, Report, category, log_once
+from .common import H3KitInputError, Report, category
 
 SETTINGS_KEY = "h3kit_lowvram"
 LTX_ATTENTION_NAMES = ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")

@@ -8,38 +8,17 @@ this ComfyUI's version (F01), torch CUDA build (F12), comfy-kitchen, GPU/bf16 an
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ..adapters.bounded_json import JSONLimitError
+from ..adapters.model_folders import host_files
+from ..adapters.workflow_file import parse_graph_json
 from ..checks import environment, schemas, server
-from ..checks.model_files import FOLDER_ALIASES
 from ..checks.problem import FAIL, PASS, WARN, Check
-from ..checks.validator import parse_graph_json
 from ..checks.workflow import preflight_checks
 from .common import H3KitInputError, Report, category
 
 NODE_ID = "H3KitPreflight"
-
-
-def host_locator() -> Any:
-    """locate(folder, name) over ComfyUI's model folders; None outside ComfyUI."""
-    from ..adapters.host import host_loaded, host_module
-
-    if not host_loaded("folder_paths"):
-        return None
-    folder_paths = host_module("folder_paths")
-
-    def locate(folder: str, name: str) -> Path | None:
-        for key in (folder, *FOLDER_ALIASES.get(folder, ())):
-            if key not in folder_paths.folder_names_and_paths:
-                continue
-            path = folder_paths.get_full_path(key, name)  # resolves inside the folder only
-            if path:
-                return Path(path)
-        return None
-
-    return locate
 
 
 def host_node_ids() -> set[str] | None:
@@ -67,27 +46,20 @@ def pack_schemas() -> dict:
     return schemas.offline_schemas(NODE_CLASS_MAPPINGS)
 
 
-def pack_of(class_type: str) -> str | None:
-    from . import DISABLED_NODES, NODE_CLASS_MAPPINGS
-
-    own = set(NODE_CLASS_MAPPINGS) | {node_id for ids in DISABLED_NODES.values() for node_id in ids}
-    return schemas.providing_pack(class_type, DISABLED_NODES, own)
-
-
 def graph_checks(graph: dict, pasted: bool) -> list[Check]:
     """ComfyUI validated its own prompt against this host's schemas (schema_check off); a pasted one is
     checked against the pinned schemas, plus this host's node list and model folders."""
-    from . import DISABLED_NODES
+    from . import DISABLED_NODES, pack_of
 
-    return preflight_checks(graph, pack_schemas(), host_locator(), host_node_ids(), DISABLED_NODES,
+    return preflight_checks(graph, pack_schemas(), host_files(), host_node_ids(), DISABLED_NODES,
                             schema_check=pasted, pack_of=pack_of, ignore=NODE_ID)
 
 
 def environment_checks(graph: dict) -> list[Check]:
     from ..adapters.host import comfyui_version, running_host_node_ids
 
-    checks = environment.local_checks()
     version = comfyui_version()
+    checks = environment.local_checks(version)
     if version is not None:
         checks.append(server.comfyui_version_check(version, graph, running_host_node_ids(),
                                                    environment.kitchen_version()))

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..adapters.log import LOG, log_once
 from ..adapters.turing import (
     H3_FP16_SUBLAYERS,
     Fp16Ledger,
@@ -27,7 +28,7 @@ from ..adapters.turing import (
     int8_convrot_refine_warning,
 )
 from ..kernels import sage_turing
-from .common import LOG, H3KitInputError, Report, category, install_sampling_summary, log_once
+from .common import H3KitInputError, Report, category, install_sampling_summary
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 OVERRIDE_KEY = "optimized_attention_override"

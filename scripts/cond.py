@@ -21,11 +21,10 @@ from typing import Any
 
 from ..adapters import comfy_jobs as jobs
 from ..adapters.comfy_client import ComfyClient, ComfyError, Deadline
-from ..adapters.files import regular_file_problem
+from ..adapters.files import regular_file_problem, sniff_file
 from ..adapters.server_probe import read_schemas
 from ..checks.environment import find_comfyui
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
-from ..checks.filetypes import sniff_file
 from ..checks.invocation import command
 from ..checks.problem import printable
 from . import console

@@ -20,14 +20,16 @@ from pathlib import Path
 
 from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline
 from ..adapters.files import is_folder
+from ..adapters.model_folders import folder_files
 from ..adapters.server_probe import server_checks
+from ..adapters.workflow_file import load_graph
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph import well_formed
 from ..checks.problem import FAIL, PASS, WARN, Check, printable
-from ..checks.rules_files import folder_locator, model_input_keys
+from ..checks.rules_files import model_input_keys
 from ..checks.validator import looks_like_ui_format
-from ..checks.workflow import default_models_dir, load_graph, missing_file_checks, workflow_checks
+from ..checks.workflow import default_models_dir, missing_file_checks, workflow_checks
 from . import console
 from . import schemas as schema_src
 
@@ -70,7 +72,7 @@ def model_checks(graph: dict, schemas: dict, models_dir: Path | None, explicit: 
     if models_dir is None:
         return [Check(WARN, "model files", "not checked: no models folder given and no ComfyUI folder found here",
                       "pass --models-dir ComfyUI/models, or run doctor from the ComfyUI folder")], EXIT_OK
-    found = missing_file_checks(graph, schemas, folder_locator(models_dir), where=str(models_dir))
+    found = missing_file_checks(graph, schemas, folder_files(models_dir), where=str(models_dir))
     how = "--models-dir" if explicit else "the ComfyUI found here"
     if not found:
         found = [Check(PASS, "model files", f"every model file the workflow names is in {models_dir} ({how})")]
@@ -104,9 +106,9 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
     if graph is not None:
         schemas = object_info if object_info is not None else schema_src.offline_schemas()
         models_dir = args.models_dir or default_models_dir()
-        locate = folder_locator(models_dir) if models_dir else None
+        local_files = folder_files(models_dir) if models_dir else None
         skip = model_input_keys(graph, schemas) if object_info is not None and isinstance(graph, dict) else set()
-        found = workflow_checks(graph, schemas, locate, skip, on_server=object_info is not None,
+        found = workflow_checks(graph, schemas, local_files, skip, on_server=object_info is not None,
                                 pack_of=schema_src.providing_pack, known_ids=schema_src.own_node_ids())
         checks += found
         codes.append(EXIT_INVALID if any(c.status == FAIL for c in found) else EXIT_OK)

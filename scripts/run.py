@@ -32,7 +32,9 @@ from ..adapters.comfy_client import (
     normalise_server,
 )
 from ..adapters.crash_log import unexpected_error
+from ..adapters.files import sniff_file
 from ..adapters.server_probe import read_schemas, server_version_check
+from ..adapters.workflow_file import load_graph_file
 from ..checks.expect import expected_video
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph_edit import (
@@ -47,10 +49,9 @@ from ..checks.graph_edit import (
     upload_input_name,
 )
 from ..checks.host_layout import adapt_graph
-from ..checks.media import verify_video
 from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
 from ..checks.reports import report_checks
-from ..checks.validator import load_graph_file, validate_with_rules
+from ..checks.validator import validate_with_rules
 from ..nodes.conditioning_cache import pack_version
 from . import console
 from . import schemas as schema_src
@@ -213,6 +214,8 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
         budget -= path.stat().st_size
         checks.append(Check(PASS, "download", f"node {item.node_id} -> {path}"))
         if path.suffix.lower() in VIDEO_SUFFIXES:
+            from ..kernels.mux import verify_video  # torch and PyAV load only when there is a video to verify
+
             left = client.deadline.remaining()
             checks += verify_video(path, expected_video(job.graph, item.node_id), None if left is None else max(left, 1))
     return checks
@@ -284,7 +287,7 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
         if not Path(path).is_file():
             raise GraphEditError(f"--upload '{item}': {path} is not a file")
         class_type = str(graph[nid].get("class_type", ""))
-        check_upload_kind(item, class_type, path)
+        check_upload_kind(item, class_type, path, sniff_file(path))
         name = upload_input_name(object_info, class_type)
         if name is None:
             raise GraphEditError(f"--upload '{item}': node {nid} ({graph[nid].get('class_type')}) has no file input")

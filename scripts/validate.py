@@ -15,9 +15,10 @@ from pathlib import Path
 from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, ComfyClient, ComfyError, Deadline
 from ..adapters.files import is_folder
 from ..adapters.server_probe import read_schemas, server_version_check
+from ..adapters.workflow_file import load_graph_file
 from ..checks.facts import EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.problem import ERROR, Check
-from ..checks.validator import load_graph_file, looks_like_ui_format, validate_with_rules
+from ..checks.validator import looks_like_ui_format, validate_with_rules
 from . import console
 from . import schemas as schema_src
 

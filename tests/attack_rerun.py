@@ -173,8 +173,8 @@ sys.modules["server"] = fake
 from h3kit.adapters import server_routes
 from h3kit.scripts.schemas import offline_schemas, providing_pack
 S = offline_schemas()
-server_routes.comfyui_host = lambda g: server_routes.HostView(S, set(S), pack_of=providing_pack)
-server_routes.register_routes("H3Kit")
+server_routes.comfyui_host = lambda g, pack: server_routes.HostView(S, set(S), pack_of=pack.pack_of)
+server_routes.register_routes("H3Kit", server_routes.PackNodes({}, providing_pack))
 CASE = sys.argv[1]
 demo = json.load(open("WORKFLOWS/h3kit_handoff_demo.json"))
 def big(n):

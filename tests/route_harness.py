@@ -18,8 +18,11 @@ ROUTE = "/h3kit/preflight"
 SCHEMAS = offline_schemas()
 
 
-def offline_host(graph: dict) -> server_routes.HostView:
-    return server_routes.HostView(SCHEMAS, set(SCHEMAS), pack_of=providing_pack)
+PACK = server_routes.PackNodes({}, providing_pack)  # what __init__.py hands in (here: no disabled node)
+
+
+def offline_host(graph: dict, pack: server_routes.PackNodes) -> server_routes.HostView:
+    return server_routes.HostView(SCHEMAS, set(SCHEMAS), disabled=pack.disabled, pack_of=pack.pack_of)
 
 
 def routes(monkeypatch) -> web.RouteTableDef:
@@ -29,7 +32,7 @@ def routes(monkeypatch) -> web.RouteTableDef:
     fake_server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(routes=table))
     monkeypatch.setitem(sys.modules, "server", fake_server)
     monkeypatch.setattr(server_routes, "comfyui_host", offline_host)
-    assert server_routes.register_routes("H3Kit") is True
+    assert server_routes.register_routes("H3Kit", PACK) is True
     return table
 
 

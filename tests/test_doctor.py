@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from comfyui_host import execution_error
+from h3kit.adapters.model_folders import folder_files
 from h3kit.checks import environment, rules, rules_files, rules_lints, server
 from h3kit.checks.problem import FAIL, PASS, WARN
 from h3kit.scripts import doctor, schemas
@@ -265,7 +266,7 @@ def header_graph() -> dict:
 
 def test_f13_quantized_file_without_quantization_metadata_is_an_error(tmp_path):
     write_safetensors(tmp_path / "diffusion_models" / "h3_nvfp4.safetensors", NVFP4_TENSORS, {"format": "pt"})
-    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(folder_files(tmp_path))(header_graph(), SCHEMAS)
     f13 = [p for p in problems if "F13" in p.message]
     assert len(f13) == 1 and f13[0].node_id == "4" and f13[0].severity == "error"
 
@@ -273,7 +274,7 @@ def test_f13_quantized_file_without_quantization_metadata_is_an_error(tmp_path):
 def test_f13_quantized_file_with_metadata_passes(tmp_path):
     write_safetensors(tmp_path / "diffusion_models" / "h3_nvfp4.safetensors", NVFP4_TENSORS,
                       {"_quantization_metadata": "{}"})
-    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(folder_files(tmp_path))(header_graph(), SCHEMAS)
     assert not [p for p in problems if p.node_id == "4"]
 
 
@@ -281,32 +282,32 @@ def test_f13_truncated_file_is_reported(tmp_path):
     target = tmp_path / "diffusion_models" / "h3_nvfp4.safetensors"
     target.parent.mkdir(parents=True)
     target.write_bytes(struct.pack("<Q", 10_000) + b"{}")
-    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(folder_files(tmp_path))(header_graph(), SCHEMAS)
     assert any(p.node_id == "4" and "does not fit" in p.message for p in problems)
 
 
 def test_f14_vae_without_metadata_is_an_error(tmp_path):
     write_safetensors(tmp_path / "vae" / "h3_vae.safetensors", {"w": ("F16", [2])}, None)
-    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(folder_files(tmp_path))(header_graph(), SCHEMAS)
     assert any(p.node_id == "2" and "F14" in p.message and p.severity == "error" for p in problems)
 
 
 @pytest.mark.parametrize(("width", "flagged"), [(4096, True), (5120, False)])
 def test_f15_embedding_width_must_match_h3(tmp_path, width, flagged):
     write_safetensors(tmp_path / "embeddings" / "fx.safetensors", {"qwen3vl_32b": ("F16", [3, width])}, {})
-    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(folder_files(tmp_path))(header_graph(), SCHEMAS)
     assert any("wide" in p.message for p in problems) == flagged
 
 
 def test_missing_embedding_is_reported(tmp_path):
-    problems = rules_files.safetensors_lint(rules_files.folder_locator(tmp_path))(header_graph(), SCHEMAS)
+    problems = rules_files.safetensors_lint(folder_files(tmp_path))(header_graph(), SCHEMAS)
     assert any("not in models/embeddings" in p.message for p in problems)
 
 
 def test_locator_never_escapes_the_models_folder(tmp_path):
     (tmp_path / "secret.safetensors").write_bytes(b"x")
-    locate = rules_files.folder_locator(tmp_path / "models")
-    assert locate("vae", "../../secret.safetensors") is None
+    files = folder_files(tmp_path / "models")
+    assert files.locate("vae", "../../secret.safetensors") is None
 
 
 def test_graph_lints_are_registered_in_validate_rules():

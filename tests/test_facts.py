@@ -1,5 +1,6 @@
 """One source per fact (issue 16): the documented numbers and grammars live in checks/facts.py only, and the
-checks/ package stays pure (no torch, no ComfyUI, no nodes/ or scripts/) without import circles."""
+checks/ package stays pure (no torch, no ComfyUI, nothing else of ours); imports point down the layers (checks <
+adapters < kernels < nodes < scripts) without import circles."""
 
 from __future__ import annotations
 
@@ -118,14 +119,29 @@ def _module(path: Path) -> str:
     return f"{path.parent.name}.{path.stem}"
 
 
-def test_checks_never_import_nodes_or_scripts_and_nodes_never_import_scripts():
+# Imports point down: each layer imports only the layers below it (brief, "Layout and style").
+LAYER_ORDER = ("checks", "adapters", "kernels", "nodes", "scripts")
+
+
+def test_imports_point_down_the_layers():
+    """checks/ (rules, facts) imports nothing of ours; adapters/ only checks/; kernels/ checks/ and adapters/;
+    nodes/ never scripts/. Lazy imports inside functions count too."""
+    upward = []
     for path in RUNTIME:
-        imported = _imports(path, top_level_only=False)
         layer = path.parent.name
-        if layer == "checks":
-            assert not {m for m in imported if m.startswith(("nodes.", "scripts."))}, path.name
-        if layer in ("nodes", "adapters", "kernels"):
-            assert not {m for m in imported if m.startswith("scripts.")}, path.name
+        if layer not in LAYER_ORDER:
+            continue  # the root __init__ (registration) and __main__ wire every layer
+        above = LAYER_ORDER[LAYER_ORDER.index(layer) + 1:]
+        upward += [f"{layer}/{path.name} -> {m}" for m in sorted(_imports(path, top_level_only=False))
+                   if m.split(".")[0] in above]
+    assert upward == []
+
+
+def test_the_layer_walker_sees_an_upward_import(tmp_path):
+    planted = tmp_path / "checks" / "planted.py"
+    planted.parent.mkdir()
+    planted.write_text("def f():\n    from ..adapters.files import open_regular\n    from . import facts\n")
+    assert _imports(planted, top_level_only=False) == {"adapters.files", "checks.facts"}
 
 
 def test_no_import_circles_between_modules():
@@ -147,7 +163,8 @@ def test_no_import_circles_between_modules():
 
 
 def test_checks_import_without_torch_or_comfyui():
-    """Imported on its own (the pack's root __init__ registers nodes and is skipped here), checks/ is pure."""
+    """Imported on its own (the pack's root __init__ registers nodes and is skipped here), checks/ is pure: no torch,
+    no ComfyUI, nothing of the pack outside checks/."""
     code = f"""
 import sys, types
 from importlib import import_module
@@ -155,7 +172,7 @@ pack = types.ModuleType("h3kit"); pack.__path__ = [{str(ROOT)!r}]; sys.modules["
 for name in {sorted(p.stem for p in (ROOT / "checks").glob("*.py"))!r}:
     import_module("h3kit.checks." + name)
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "comfy", "folder_paths", "numpy", "av")
-               or m.startswith(("h3kit.nodes", "h3kit.scripts", "h3kit.kernels")))
+               or m.startswith(("h3kit.adapters", "h3kit.nodes", "h3kit.scripts", "h3kit.kernels")))
 print(heavy)
 """
     result = run_process([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -180,12 +197,3 @@ def test_any_text_is_a_schedule_or_a_sigma_error(text):
 def test_every_descending_schedule_ending_at_0_parses_back(values, separator):
     schedule = sorted(values, reverse=True) + [0.0]
     assert facts.parse_sigmas(separator.join(repr(v) for v in schedule)) == schedule
-
-
-def test_the_host_rules_import_nothing_above_checks():
-    """Imports point down: the F01 rule, the layout adaptation and the schema walkers are pure (the client I/O lives
-    in adapters/server_probe.py). The other checks/ modules that still reach into adapters/ are listed in
-    docs/architecture.md until they move."""
-    for name in ("server", "host_layout", "node_inputs", "graph", "facts", "problem", "schemas"):
-        imported = _imports(ROOT / "checks" / f"{name}.py", top_level_only=False)
-        assert not {m for m in imported if m.startswith("adapters.")}, name

@@ -13,7 +13,8 @@ import av
 import numpy as np
 import pytest
 import torch
-from h3kit.checks.filetypes import HEAD_BYTES, KINDS, output_name_problem, sniff, sniff_file
+from h3kit.adapters.files import sniff_file
+from h3kit.checks.filetypes import HEAD_BYTES, KINDS, output_name_problem, sniff
 from PIL import Image
 from safetensors.torch import save_file
 

@@ -11,8 +11,9 @@ import json
 import tempfile
 from pathlib import Path
 
+from h3kit.adapters.workflow_file import load_graph_file
 from h3kit.checks.problem import Check, Problem
-from h3kit.checks.validator import load_graph_file, validate_with_rules
+from h3kit.checks.validator import validate_with_rules
 from h3kit.checks.workflow import preflight_checks, workflow_checks
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.preflight import parse_workflow

@@ -307,7 +307,7 @@ def test_a_20_minute_silent_flac_is_verified_in_memory_independent_of_duration(t
     """Reported: a 271 KB .mkv holding 20 minutes of silent FLAC took 2.9 GiB to verify (all audio decoded to
     float64 at once). The level is now a running sum: the Python heap peak stays under 16 MiB."""
     from h3kit.checks.expect import Expect
-    from h3kit.checks.media import verify_video
+    from h3kit.kernels.mux import verify_video
 
     path = silent_flac_mkv(tmp_path / "long.mkv", 20)
     assert path.stat().st_size < 2 * MIB
@@ -320,8 +320,8 @@ def test_a_20_minute_silent_flac_is_verified_in_memory_independent_of_duration(t
 def test_verification_stops_at_its_audio_limit(tmp_path, monkeypatch):
     """MAX_VERIFY_AUDIO_S (3600 s) bounds the work: past it the verdict covers the decoded part, said as a WARN."""
     from h3kit.checks.expect import Expect
-    from h3kit.checks.media import verify_video
     from h3kit.kernels import mux
+    from h3kit.kernels.mux import verify_video
 
     assert mux.MAX_VERIFY_AUDIO_S == 3600.0 and mux.MAX_VERIFY_FRAMES == 20_000 and mux.MAX_VERIFY_S == 600.0
     monkeypatch.setattr(mux, "MAX_VERIFY_AUDIO_S", 30.0)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from h3kit.checks.validator import validate_file
+from h3kit.adapters.workflow_file import validate_file
 from h3kit.checks.workflow import workflow_checks
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.preflight import H3KitPreflight

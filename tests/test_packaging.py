@@ -17,7 +17,7 @@ from pathlib import Path
 from subprocess import run as run_process
 
 import pytest
-from h3kit.checks.filetypes import sniff_file
+from h3kit.adapters.files import sniff_file
 from packaging.requirements import Requirement
 from packaging.version import Version
 from PIL import Image

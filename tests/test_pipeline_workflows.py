@@ -8,7 +8,7 @@ from pathlib import Path
 
 import h3kit
 import pytest
-from h3kit.checks.validator import validate_file
+from h3kit.adapters.workflow_file import validate_file
 from h3kit.scripts import schemas as schema_src
 
 API_DIR = Path(h3kit.__file__).resolve().parent / "workflows" / "api"

@@ -9,7 +9,8 @@ from pathlib import Path
 import h3kit
 import pytest
 from comfyui_host import NATIVE_H3, execution_error
-from h3kit.checks.validator import validate_file, validate_graph
+from h3kit.adapters.workflow_file import validate_file
+from h3kit.checks.validator import validate_graph
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.ref2va import (
     HEADER_LINE,

@@ -20,9 +20,8 @@ from h3kit.adapters.comfy_client import safe_basename
 from h3kit.adapters.files import free_name
 from h3kit.checks.expect import Expect, expected_video
 from h3kit.checks.graph_edit import GraphEditError, apply_seed, apply_sets, job_seeds
-from h3kit.checks.media import verify_video
 from h3kit.checks.problem import FAIL, PASS, WARN
-from h3kit.kernels.mux import read_mp4
+from h3kit.kernels.mux import read_mp4, verify_video
 from h3kit.scripts import run as runmod
 
 # --- generated videos ---------------------------------------------------------------------------
@@ -659,15 +658,21 @@ def test_fan_out_of_a_graph_without_seeds_warns_that_the_other_jobs_are_cache_hi
 
 
 def test_upload_of_the_wrong_kind_names_what_the_file_is(tmp_path):
+    from h3kit.adapters.files import sniff_file
     from h3kit.checks.graph_edit import check_upload_kind
+
+    def check(item: str, class_type: str, path: Path) -> None:
+        check_upload_kind(item, class_type, str(path), sniff_file(path))
 
     wav = write_wav(tmp_path / "tone.wav")
     with pytest.raises(GraphEditError, match=r"is a WAV audio file, but LoadImage loads an image"):
-        check_upload_kind("1=tone.wav", "LoadImage", str(wav))
+        check("1=tone.wav", "LoadImage", wav)
     png = write_png(tmp_path / "a.png", 0)
     with pytest.raises(GraphEditError, match=r"is a PNG image, but LoadVideo loads a video"):
-        check_upload_kind("2=a.png", "LoadVideo", str(png))
-    check_upload_kind("1=a.png", "LoadImage", str(png))
-    check_upload_kind("5=tone.wav", "LoadAudio", str(wav))
+        check("2=a.png", "LoadVideo", png)
+    check("1=a.png", "LoadImage", png)
+    check("5=tone.wav", "LoadAudio", wav)
     with pytest.raises(GraphEditError, match=r"is a PNG image, but LoadAudio loads audio"):
-        check_upload_kind("5=a.png", "LoadAudio", str(png))
+        check("5=a.png", "LoadAudio", png)
+    with pytest.raises(GraphEditError, match=r"cannot be read"):
+        check("1=gone.png", "LoadImage", tmp_path / "gone.png")

@@ -17,8 +17,10 @@ from re import compile as regex
 
 import pytest
 from h3kit.adapters import preflight_request, server_routes
+from h3kit.adapters.model_folders import folder_files
+from h3kit.adapters.workflow_file import validate_file
 from h3kit.checks.problem import FAIL, PASS, WARN, Check
-from h3kit.checks.validator import validate_file, validate_graph
+from h3kit.checks.validator import validate_graph
 from h3kit.scripts import doctor
 from h3kit.scripts.schemas import offline_schemas, providing_pack
 
@@ -33,9 +35,12 @@ PACK_FOLDER = "H3Kit"
 CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine above 0.8 repaints faces
 
 
-def offline_host(graph: dict) -> server_routes.HostView:
+PACK = server_routes.PackNodes({}, providing_pack)  # what __init__.py hands in (here: no disabled node)
+
+
+def offline_host(graph: dict, pack: server_routes.PackNodes = PACK) -> server_routes.HostView:
     """A host that has every pinned core node and every H3Kit node, and no model folders."""
-    return server_routes.HostView(SCHEMAS, set(SCHEMAS), pack_of=providing_pack)
+    return server_routes.HostView(SCHEMAS, set(SCHEMAS), disabled=pack.disabled, pack_of=pack.pack_of)
 
 
 def shipped(name: str) -> dict:
@@ -141,9 +146,9 @@ def test_f35_missing_node_names_the_pack_that_provides_it():
     assert graph[item["node_id"]]["class_type"] == "LTXVLatentUpsampler"
 
 
-def test_model_files_are_checked_against_the_host_folders():
+def test_model_files_are_checked_against_the_host_folders(tmp_path):
     graph = shipped("h3_ltx_two_stage")
-    host = server_routes.HostView(SCHEMAS, set(SCHEMAS), locate=lambda folder, name: None)
+    host = server_routes.HostView(SCHEMAS, set(SCHEMAS), files=folder_files(tmp_path))  # empty model folders
     report = server_routes.preflight_report(graph, lambda g: host)
     missing = [c for c in report["checks"] if c["check"] == "model files"]
     assert missing and all(c["status"] == "FAIL" and "models/" in c["fix"] and c["node_id"] in graph for c in missing)
@@ -231,7 +236,7 @@ def test_the_route_reads_the_nodes_the_server_serves_not_the_forks_base_node_shi
     monkeypatch.setitem(sys.modules, "nodes", fake_nodes)
     monkeypatch.setitem(sys.modules, "server", fake_server)
     assert server_routes.served_node_classes() is served
-    host = server_routes.comfyui_host(graph)
+    host = server_routes.comfyui_host(graph, PACK)
     assert host.node_ids == set(served) and "H3KitTestPattern" in host.schemas
     report = server_routes.preflight_report(graph, lambda g: server_routes.HostView(
         host.schemas, host.node_ids, pack_of=providing_pack))
@@ -265,7 +270,7 @@ def routes(monkeypatch):
     fake_server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(routes=table))
     monkeypatch.setitem(sys.modules, "server", fake_server)
     monkeypatch.setattr(server_routes, "comfyui_host", offline_host)
-    assert server_routes.register_routes(PACK_FOLDER) is True
+    assert server_routes.register_routes(PACK_FOLDER, PACK) is True
     return table
 
 
@@ -319,12 +324,33 @@ def test_post_refuses_oversized_bodies_and_graphs(routes, monkeypatch):
 
 
 def test_a_broken_check_is_a_500_that_says_why(routes, monkeypatch):
-    def broken(graph):
+    def broken(graph, pack):
         raise RuntimeError("folder_paths exploded")
 
     monkeypatch.setattr(server_routes, "comfyui_host", broken)
     got, body = call(routes, "POST", "/h3kit/preflight", json={"prompt": repaint_cliff()})
     assert got == 500 and "folder_paths exploded" in json.loads(body)["error"]
+
+
+def test_the_route_checks_with_the_pack_nodes_handed_in_at_registration(monkeypatch):
+    """adapters/ never import nodes/: the registration (__init__.py) hands the pack's disabled nodes and its
+    pack_of to register_routes, and every check of the editor's route builds its host view with them."""
+    table = web.RouteTableDef()
+    fake_server = types.ModuleType("server")
+    fake_server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(routes=table))
+    monkeypatch.setitem(sys.modules, "server", fake_server)
+    pack = server_routes.PackNodes({"sageattention": ["H3KitSageAttention"]}, providing_pack)
+    seen = []
+
+    def recording_host(graph, given):
+        seen.append(given)
+        return offline_host(graph, given)
+
+    monkeypatch.setattr(server_routes, "comfyui_host", recording_host)
+    assert server_routes.register_routes(PACK_FOLDER, pack) is True
+    for _ in range(2):
+        assert call(table, "POST", "/h3kit/preflight", json={"prompt": repaint_cliff()})[0] == 200
+    assert seen == [pack, pack]
 
 
 def test_templates_are_served_from_the_workflows_folder_only(routes):
@@ -342,11 +368,11 @@ def test_templates_are_served_from_the_workflows_folder_only(routes):
 
 def test_routes_are_not_registered_outside_comfyui(monkeypatch):
     monkeypatch.delitem(sys.modules, "server", raising=False)
-    assert server_routes.register_routes(PACK_FOLDER) is False
+    assert server_routes.register_routes(PACK_FOLDER, PACK) is False
     no_routes = types.ModuleType("server")
     no_routes.PromptServer = types.SimpleNamespace(instance=None)
     monkeypatch.setitem(sys.modules, "server", no_routes)
-    assert server_routes.register_routes(PACK_FOLDER) is False
+    assert server_routes.register_routes(PACK_FOLDER, PACK) is False
 
 
 def test_the_extension_is_declared_and_its_route_matches():
@@ -359,11 +385,11 @@ def test_the_extension_is_declared_and_its_route_matches():
     assert "innerHTML" not in source  # server text goes in as text, never as markup
 
 
-def test_a_model_file_the_host_lacks_is_one_problem_not_two():
+def test_a_model_file_the_host_lacks_is_one_problem_not_two(tmp_path):
     graph = shipped("h3_ltx_two_stage")
     schemas = {**SCHEMAS, "UNETLoader": {**SCHEMAS["UNETLoader"], "input": {"required": {
         "unet_name": [["someone_else.safetensors"], {}], "weight_dtype": [["default"], {}]}}}}
-    host = server_routes.HostView(schemas, set(schemas), locate=lambda folder, name: None)
+    host = server_routes.HostView(schemas, set(schemas), files=folder_files(tmp_path))
     report = server_routes.preflight_report(graph, lambda g: host)
     loader = next(nid for nid, n in graph.items() if n["class_type"] == "UNETLoader")
     about_it = [c for c in report["checks"] if c.get("node_id") == loader and "unet_name" in c["detail"]]
@@ -423,7 +449,7 @@ def test_the_prompt_handler_adapts_what_any_client_queues(monkeypatch, caplog):
         routes=web.RouteTableDef(), add_on_prompt_handler=handlers.append,
         nodes=types.SimpleNamespace(NODE_CLASS_MAPPINGS=classes)))
     monkeypatch.setitem(sys.modules, "server", fake_server)
-    assert server_routes.register_routes(PACK_FOLDER) is True
+    assert server_routes.register_routes(PACK_FOLDER, PACK) is True
     assert handlers == [server_routes.adapt_queued_prompt]
     sent = {"client_id": "c", "prompt": {"1": {"class_type": "SaveVideo", "inputs": {
         "video": ["2", 0], "filename_prefix": "x", "format": "mp4", "format.codec": "h264"}}}}
@@ -443,7 +469,7 @@ def test_a_host_without_on_prompt_handlers_still_registers_the_routes(monkeypatc
     fake_server = types.ModuleType("server")
     fake_server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(routes=web.RouteTableDef()))
     monkeypatch.setitem(sys.modules, "server", fake_server)
-    assert server_routes.register_routes(PACK_FOLDER) is True
+    assert server_routes.register_routes(PACK_FOLDER, PACK) is True
 
 
 def test_the_extension_queues_the_adapted_prompt_and_says_what_changed():

@@ -194,7 +194,7 @@ def test_a_folder_without_json_files_fails_with_a_clear_line(tmp_path):
 
 
 def test_run_and_doctor_name_a_folder_as_a_folder(tmp_path):
-    from h3kit.checks.validator import load_graph_file
+    from h3kit.adapters.workflow_file import load_graph_file
 
     graph, problem = load_graph_file(tmp_path)
     assert graph is None and problem.message == f"{tmp_path} is a folder, not a workflow file"
