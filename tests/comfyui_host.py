@@ -134,6 +134,23 @@ def configured_hosts(env: dict[str, str] | None = None) -> tuple[list[HostSpec],
     return hosts, ""
 
 
+def host_params() -> list[HostSpec | None]:
+    """Parameters for a fixture that runs a probe in each host's own Python (no server): one per configured host,
+    or [None] so that the fixture skips with the reason (host_checkout)."""
+    return configured_hosts()[0] or [None]
+
+
+def host_id(host: HostSpec | None) -> str:
+    return host.name if host else "no-host"
+
+
+def host_checkout(host: HostSpec | None) -> tuple[str, str]:
+    """(checkout folder, its Python) of a host_params() parameter; skips when no host is configured."""
+    if host is None:
+        pytest.skip(configured_hosts()[1])
+    return str(host.comfyui_dir), host.python
+
+
 class ComfyUIServer:
     def __init__(self, host: HostSpec):
         self.host = host

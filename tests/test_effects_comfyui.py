@@ -10,13 +10,12 @@ stand-ins (tests/h3_standins.py) against the real classes. The Qwen tokenizer fi
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from subprocess import run as run_process
 
 import pytest
 import torch
-from comfyui_host import NATIVE_H3, execution_errors
+from comfyui_host import NATIVE_H3, execution_errors, host_checkout, host_id, host_params
 from safetensors.torch import save_file
 
 pytestmark = pytest.mark.comfyui
@@ -99,19 +98,9 @@ def test_wrong_width_effect_fails_loudly_on_the_server(server_effects):
 
 
 # ------------------------------------------------------------------------------------------- in the host's python
-def _hosts() -> list[tuple[str, str]]:
-    dirs = [d for d in os.environ.get("COMFYUI_DIRS", os.environ.get("COMFYUI_DIR", "")).split(os.pathsep) if d]
-    return [(folder, os.environ.get(f"H3KIT_HOST_PYTHON_{index}") or (
-        os.environ.get("COMFYUI_PYTHON") if index == 0 else None) or "") for index, folder in enumerate(dirs)]
-
-
-@pytest.fixture(scope="module", params=_hosts() or [("", "")], ids=lambda h: Path(h[0]).name or "no-host")
+@pytest.fixture(scope="module", params=host_params(), ids=host_id)
 def probe(request, tmp_path_factory):
-    folder, python = request.param
-    if not folder:
-        pytest.skip("COMFYUI_DIRS / COMFYUI_DIR is unset")
-    if not python:
-        pytest.skip(f"no python for {folder} (set H3KIT_HOST_PYTHON_<n> or COMFYUI_PYTHON)")
+    folder, python = host_checkout(request.param)
     work = tmp_path_factory.mktemp("effects_probe")
     done = run_process([python, str(PROBE), str(PACK_ROOT), str(work)], cwd=folder, capture_output=True, text=True,
                        timeout=1800, check=False)

@@ -16,11 +16,11 @@ Skips per capability: no MiniMax-H3, no LTX, no comfy.quant_ops / comfy-kitchen.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from subprocess import run as run_process
 
 import pytest
+from comfyui_host import host_checkout, host_id, host_params
 
 pytestmark = pytest.mark.comfyui
 PACK_ROOT = Path(__file__).resolve().parents[1]
@@ -29,22 +29,9 @@ PER_TOKEN_EXPECTED = {"TensorCoreFP8Layout": True, "TensorCoreFP8E4M3Layout": Tr
                       "TensorCoreMXFP8Layout": True, "TensorCoreNVFP4Layout": False}
 
 
-def _hosts() -> list[tuple[str, str]]:
-    dirs = [d for d in os.environ.get("COMFYUI_DIRS", os.environ.get("COMFYUI_DIR", "")).split(os.pathsep) if d]
-    hosts = []
-    for index, folder in enumerate(dirs):
-        python = os.environ.get(f"H3KIT_HOST_PYTHON_{index}") or (os.environ.get("COMFYUI_PYTHON") if index == 0 else None)
-        hosts.append((folder, python or ""))
-    return hosts
-
-
-@pytest.fixture(scope="module", params=_hosts() or [("", "")], ids=lambda h: Path(h[0]).name or "no-host")
+@pytest.fixture(scope="module", params=host_params(), ids=host_id)
 def probe(request):
-    folder, python = request.param
-    if not folder:
-        pytest.skip("COMFYUI_DIRS / COMFYUI_DIR is unset")
-    if not python:
-        pytest.skip(f"no python for {folder} (set H3KIT_HOST_PYTHON_<n> or COMFYUI_PYTHON)")
+    folder, python = host_checkout(request.param)
     done = run_process([python, str(PROBE), str(PACK_ROOT)], cwd=folder, capture_output=True, text=True,
                        timeout=1500, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -12,33 +12,20 @@ to fp16 and keeps MiniMaxH3 at [bf16, fp32].
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from subprocess import run as run_process
 
 import pytest
+from comfyui_host import host_checkout, host_id, host_params
 
 pytestmark = pytest.mark.comfyui
 PACK_ROOT = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("turing_h3_probe.py")
 
 
-def _hosts() -> list[tuple[str, str]]:
-    dirs = [d for d in os.environ.get("COMFYUI_DIRS", os.environ.get("COMFYUI_DIR", "")).split(os.pathsep) if d]
-    hosts = []
-    for index, folder in enumerate(dirs):
-        python = os.environ.get(f"H3KIT_HOST_PYTHON_{index}") or (os.environ.get("COMFYUI_PYTHON") if index == 0 else None)
-        hosts.append((folder, python or ""))
-    return hosts
-
-
-@pytest.fixture(scope="module", params=_hosts() or [("", "")], ids=lambda h: Path(h[0]).name or "no-host")
+@pytest.fixture(scope="module", params=host_params(), ids=host_id)
 def probe(request):
-    folder, python = request.param
-    if not folder:
-        pytest.skip("COMFYUI_DIRS / COMFYUI_DIR is unset")
-    if not python:
-        pytest.skip(f"no python for {folder} (set H3KIT_HOST_PYTHON_<n> or COMFYUI_PYTHON)")
+    folder, python = host_checkout(request.param)
     if not (Path(folder) / "comfy" / "ldm" / "minimax" / "model.py").is_file():
         pytest.skip(f"{folder} has no native MiniMax-H3")
     done = run_process([python, str(PROBE), str(PACK_ROOT)], cwd=folder, capture_output=True, text=True,
