@@ -54,6 +54,7 @@ SLOT_H, WIDGET_H, MULTILINE_H = 20, 24, 110
 # The editor draws a loaded picture or video below an upload node's widgets and grows the node to fit it; reserving
 # that room keeps the node from covering the one stacked under it once the user picks a file.
 UPLOAD_PREVIEW_H = 240
+PICTURE_UPLOAD = "IMAGEUPLOAD"  # the upload button of an image or video combo
 TITLE_H, COL_GAP, ROW_GAP, GROUP_PAD, GROUP_TITLE_H = 30, 90, 50, 20, 45
 
 
@@ -86,7 +87,7 @@ def _ordered_inputs(info: dict) -> list[tuple[str, list, bool]]:
 
 def _upload_widgets(opts: dict) -> list[Widget]:
     if opts.get("image_upload") or opts.get("video_upload"):
-        return [Widget("upload", "upload", ["IMAGEUPLOAD"])]
+        return [Widget("upload", "upload", [PICTURE_UPLOAD])]
     if opts.get("audio_upload"):
         return [Widget("audioUI", "upload", ["AUDIO_UI"]), Widget("upload", "upload", ["AUDIOUPLOAD"])]
     return []
@@ -131,7 +132,7 @@ def widget_default(widget: Widget) -> Any:
 def _frontend_extra_value(widget: Widget) -> Any:
     if widget.name == "control_after_generate":
         return SEED_CONTROL
-    return {"IMAGEUPLOAD": "image", "AUDIO_UI": None, "AUDIOUPLOAD": ""}[widget.spec[0]]
+    return {PICTURE_UPLOAD: "image", "AUDIO_UI": None, "AUDIOUPLOAD": ""}[widget.spec[0]]
 
 
 def _autogrow_slots(name: str, opts: dict, api_inputs: dict) -> list[tuple[str, str]]:
@@ -225,11 +226,12 @@ def assign_stages(graph: dict) -> dict[str, str | None]:
 def node_size(info: dict, api_inputs: dict, title: str) -> list[int]:
     sockets = socket_layout(info, api_inputs)
     link_only = sum(1 for s in sockets if "widget" not in s)
-    widgets = [w for w in widget_layout(info, api_inputs) if w.kind != "upload"]
+    all_widgets = widget_layout(info, api_inputs)
+    widgets = [w for w in all_widgets if w.kind != "upload"]
     multiline = any(input_kind(w.spec)[1].get("multiline") for w in widgets)
     height = max(link_only, len(info.get("output", []))) * SLOT_H + len(widgets) * WIDGET_H + 10
     height += MULTILINE_H if multiline else 0
-    height += UPLOAD_PREVIEW_H if any(w.spec == ["IMAGEUPLOAD"] for w in widget_layout(info, api_inputs)) else 0
+    height += UPLOAD_PREVIEW_H if any(w.spec == [PICTURE_UPLOAD] for w in all_widgets) else 0
     width = max(400 if multiline else 270, 8 * len(title) + 60)
     return [width, max(height, 2 * SLOT_H + 6)]
 

@@ -150,7 +150,7 @@ def test_picture_upload_nodes_hold_room_for_the_picture(schemas):
     """The editor draws a picked picture inside LoadImage and grows the node to fit; a node sized for its widgets only
     then covers the node under it (the Ref2VA prompt, found on 0.33.0's editor)."""
     uploads = [(name, n) for name in NAMES for n in _ui(name)["nodes"]
-               if any(w.spec == ["IMAGEUPLOAD"] for w in wui.widget_layout(schemas[n["type"]], {}))]
+               if any(w.spec == [wui.PICTURE_UPLOAD] for w in wui.widget_layout(schemas[n["type"]], {}))]
     assert {n["type"] for _name, n in uploads} == {"LoadImage"}
     assert len(uploads) == 4  # two pictures in each Ref2VA graph
     for name, node in uploads:
