@@ -72,11 +72,14 @@ class HostSpec:
     python: str
     launch: str
     duplicate: bool = False  # another configured host has the same version: the test id adds the index
+    tag: str = ""  # H3KIT_HOST_TAG_<n>: what tells two checkouts of one version apart (fork-commit)
 
     @property
     def name(self) -> str:
-        """The test id: "comfyui-<the version this checkout serves>" (+ "#<n>" when two hosts share a version)."""
-        return f"comfyui-{self.version}" + (f"#{self.index}" if self.duplicate else "")
+        """The test id: "comfyui-<the version this checkout serves>" (+ "-<tag>", or "#<n>" when two hosts share
+        a version and have no tag)."""
+        suffix = f"-{self.tag}" if self.tag else f"#{self.index}" if self.duplicate else ""
+        return f"comfyui-{self.version}{suffix}"
 
     @property
     def version(self) -> str:
@@ -88,6 +91,21 @@ class HostSpec:
             self.python, *entry, "--cpu", "--listen", "127.0.0.1", "--port", str(port),
             "--base-directory", str(base_dir), "--disable-auto-launch", "--database-url", "sqlite:///:memory:",
         ]
+
+
+@dataclass(frozen=True)
+class FrontendHost(HostSpec):
+    """A configured host, optionally serving another frontend (--front-end-root)."""
+
+    front_end_root: str | None = None
+
+    def command(self, port: int, base_dir: Path) -> list[str]:
+        extra = ["--front-end-root", self.front_end_root] if self.front_end_root else []
+        return super().command(port, base_dir) + extra
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{'frontend-' + Path(self.front_end_root).name if self.front_end_root else 'own-frontend'}"
 
 
 _VERSION_LINE = regex(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
@@ -128,9 +146,10 @@ def configured_hosts(env: dict[str, str] | None = None) -> tuple[list[HostSpec],
         launch = env.get(f"H3KIT_HOST_LAUNCH_{index}") or _default_launch(path)
         if launch not in (LAUNCH_MAIN, LAUNCH_CONSOLE):
             return [], f"H3KIT_HOST_LAUNCH_{index}={launch!r}: use {LAUNCH_MAIN!r} or {LAUNCH_CONSOLE!r}"
-        hosts.append(HostSpec(index, path, python, launch))
+        hosts.append(HostSpec(index, path, python, launch, tag=env.get(f"H3KIT_HOST_TAG_{index}", "")))
     versions = [h.version for h in hosts]
-    hosts = [HostSpec(h.index, h.comfyui_dir, h.python, h.launch, versions.count(h.version) > 1) for h in hosts]
+    hosts = [HostSpec(h.index, h.comfyui_dir, h.python, h.launch, versions.count(h.version) > 1, h.tag)
+             for h in hosts]
     return hosts, ""
 
 
@@ -152,8 +171,10 @@ def host_checkout(host: HostSpec | None) -> tuple[str, str]:
 
 
 class ComfyUIServer:
-    def __init__(self, host: HostSpec):
+    def __init__(self, host: HostSpec, with_pack: bool = True):
+        """`with_pack` False: the host alone, as the oracle of what ComfyUI itself accepts."""
         self.host = host
+        self.with_pack = with_pack
         self.comfyui_dir = host.comfyui_dir
         self.python = host.python
         self.base_dir = Path(tempfile.mkdtemp(prefix=f"h3kit-{host.name}-"))
@@ -167,8 +188,9 @@ class ComfyUIServer:
     def start(self) -> None:
         for sub in ("custom_nodes", "input", "output", "temp", "user", "models"):
             (self.base_dir / sub).mkdir(exist_ok=True)
-        (self.base_dir / "custom_nodes" / PACK_LINK_NAME).symlink_to(PACK_ROOT, target_is_directory=True)
-        (self.base_dir / "custom_nodes" / STANDINS_LINK_NAME).symlink_to(STANDINS_DIR, target_is_directory=True)
+        if self.with_pack:
+            (self.base_dir / "custom_nodes" / PACK_LINK_NAME).symlink_to(PACK_ROOT, target_is_directory=True)
+            (self.base_dir / "custom_nodes" / STANDINS_LINK_NAME).symlink_to(STANDINS_DIR, target_is_directory=True)
         log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self._log_file = log
         self.process = Popen(

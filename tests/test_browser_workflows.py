@@ -33,7 +33,7 @@ from browser_ui import (
     load_report_problems,
     new_context,
 )
-from comfyui_host import ComfyUIServer, HostSpec, configured_hosts
+from comfyui_host import ComfyUIServer, FrontendHost, configured_hosts
 from h3kit.checks.host_layout import adapt_graph
 from h3kit.scripts import workflows_ui
 
@@ -53,21 +53,6 @@ README_GROUP_MARGIN = (workflows_ui.GROUP_PAD, workflows_ui.TITLE_H + workflows_
 PREFLIGHT_SETTING = "H3Kit.Preflight.Enabled"
 CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine that starts above 0.8 repaints faces
 MAX_ADDED_LATENCY_MS = 200  # issue 18: a healthy 40-node graph queues at most this much later with the check
-
-
-@dataclasses.dataclass(frozen=True)
-class FrontendHost(HostSpec):
-    """A configured host, optionally serving another frontend (--front-end-root)."""
-
-    front_end_root: str | None = None
-
-    def command(self, port: int, base_dir: Path) -> list[str]:
-        extra = ["--front-end-root", self.front_end_root] if self.front_end_root else []
-        return super().command(port, base_dir) + extra
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}-{'frontend-' + Path(self.front_end_root).name if self.front_end_root else 'own-frontend'}"
 
 
 def _combinations() -> list[FrontendHost]:

@@ -1,0 +1,70 @@
+"""Issue 30: ComfyUI's official MiniMax-H3 / LTX-2.x templates are the oracle of the pack's offline verdict (tier a).
+
+Each graph of tests/data/official_templates/ was converted to API format by the real frontend (1.58.1, the editor's
+own graph-to-prompt) and posted to each host's /prompt with placeholder files named as its models and inputs, the
+pack not installed (tests/official_templates.py; docs/testing.md). A rule that FAILs a graph a host accepts is a bug
+in the rule; where a host rejects a graph, the pack says so on the same node and input.
+"""
+
+from __future__ import annotations
+
+import pytest
+from h3kit.checks.problem import ERROR
+from h3kit.checks.validator import validate_with_rules
+from h3kit.scripts import schemas as schema_src
+from official_templates import corpus, manifest
+
+CORPUS = corpus()
+# templates-json 0.1.47 is what ComfyUI 0.33.0 (kat3ri @0f1fa67a) pins (comfyui-workflow-templates 0.11.41), 0.1.50
+# what yzkee @783545f6 pins (0.11.44), 0.1.123 the newest on PyPI (2026-10): the H3 and LTX-2.x graphs of each
+TEMPLATES_PER_VERSION = {"0.1.47": 21, "0.1.50": 21, "0.1.123": 28}
+HOSTS = ("kat3ri-0f1fa67a", "yzkee-783545f6")  # H3KIT_HOST_TAG_<n> of the two native-H3 hosts
+
+
+def _label(graph) -> str:
+    return graph.label
+
+
+def offline_problems(graph: dict) -> list:
+    return validate_with_rules(graph, schema_src.offline_schemas(), schema_src.providing_pack,
+                               schema_src.own_node_ids())
+
+
+def _accepted_everywhere(graph) -> bool:
+    return all(graph.verdicts[host]["accepted"] for host in HOSTS)
+
+
+def test_corpus_holds_every_official_h3_and_ltx_template_of_each_version():
+    counts: dict[str, int] = {}
+    for graph in CORPUS:
+        counts[graph.package_version] = counts.get(graph.package_version, 0) + 1
+    assert counts == TEMPLATES_PER_VERSION
+    assert all(set(graph.verdicts) >= set(HOSTS) for graph in CORPUS), "a host's verdict is missing: rebuild"
+    assert "frontend 1.58.1" in {e["converted_by"].split(" on ")[0] for e in manifest()["templates"]}
+
+
+@pytest.mark.parametrize("graph", [g for g in CORPUS if _accepted_everywhere(g)], ids=_label)
+def test_a_template_every_host_accepts_gets_no_error_offline(graph):
+    errors = [p for p in offline_problems(graph.graph) if p.severity == ERROR]
+    assert errors == [], "\n".join(f"{p.node_id} {p.class_type} {p.input}: {p.message}" for p in errors)
+
+
+@pytest.mark.parametrize("graph", [g for g in CORPUS if not _accepted_everywhere(g)], ids=_label)
+def test_a_template_a_host_rejects_is_named_on_the_same_node(graph):
+    problems = offline_problems(graph.graph)
+    for host in HOSTS:
+        verdict = graph.verdicts[host]
+        if verdict["accepted"]:
+            continue
+        if verdict["error"] == "missing_node_type":
+            # the frontend sends a node whose type it does not know with "class_type": null (the type's name is
+            # lost): ComfyUI refuses the prompt, and so does the pack, on that node
+            untyped = {nid for nid, node in graph.graph.items() if node.get("class_type") is None}
+            assert untyped and graph.missing_nodes, (graph.label, graph.missing_nodes)
+            flagged = {p.node_id for p in problems if p.severity == ERROR}
+            assert untyped <= flagged, (host, untyped, flagged)
+            continue
+        for node_id, errors in verdict["node_errors"].items():
+            flagged = {p.input for p in problems if p.node_id == node_id and p.severity == ERROR}
+            expected = {e.split(": ", 1)[1] for e in errors if ": " in e}
+            assert expected <= flagged, (host, node_id, errors, flagged)
