@@ -332,3 +332,12 @@ def test_f23_refine_setup_manual_boundary_is_exactly_0_8(first, severity):
     graph = _refine_setup_graph(schedule="manual", allow_repaint=False)
     graph["405:395"]["inputs"]["manual_sigmas"] = f"{first}, 0.4, 0"
     assert [p.severity for p in all_f23(graph)] == ([severity] if severity else [])
+
+
+def test_f23_docs_quote_each_schedule_as_the_facts_hold_it():
+    # One source per fact: the failures page shows every table (and the legacy name) exactly as checks/facts.py has it.
+    page = (Path(__file__).resolve().parent.parent / "docs" / "failures.md").read_text(encoding="utf-8")
+    f23_entry = page[page.index('<a id="f23"></a>'):page.index('<a id="f19"></a>')]
+    for name, values in facts.SIGMA_SCHEDULES.items():
+        assert f"`{name}` ({facts.sigma_text(values)})" in f23_entry, name
+    assert all(f"`{old}`, the old name of `{now}`" in f23_entry for old, now in facts.LEGACY_SCHEDULES.items())
