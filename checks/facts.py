@@ -28,15 +28,58 @@ LTX_SIDE_MULTIPLE = 32  # LTX latents are /32
 OUTPUT_SIDE_MULTIPLE = 64  # the two-stage output: LTX VAE-encodes half of it, which must be a multiple of 32
 
 # --------------------------------------------------------------------------------------------- sigmas
-REPAINT_SIGMA_LIMIT = 0.8  # F23, measured: identity held at 0.78, details change at 0.85, another face at 0.909
+# F23, measured refining an H3 draft (672x384) with LTX-2.5 (field-notes §A4, R8): identity held at 0.78, details
+# change at 0.85, another face at 0.909. It is about an H3 draft; LTX refining its own stage 1 is not covered by it.
+REPAINT_SIGMA_LIMIT = 0.8
+# The refine schedules H3KitRefineSetup offers, each named by what it is, with its source.
 SIGMA_SCHEDULES: dict[str, tuple[float, ...]] = {
+    # The field report's author's stage 2 for an H3 draft, calibrated at a 672x384 draft for LTX-2.5 (field-notes §A4)
     "identity_0.78": (0.78, 0.643, 0.546, 0.0),
+    # identity_0.78 scaled to the first sigma 0.5 of T8's "identity" preset (field-notes §A4): gentler still
     "identity_0.5": (0.5, 0.412, 0.350, 0.0),
-    "nvidia_official": (0.909375, 0.725, 0.421875, 0.0),
+    # LTX-2.5 stage 2 after LTXVLatentUpsampler, as ComfyUI's official templates write it: ManualSigmas
+    # "0.85, 0.7250, 0.4219, 0.0" in video_ltx2_5_t2v/i2v.json (comfyui-workflow-templates-json 0.1.47 and 0.1.123;
+    # the same templates' LTX-2.3 two-stage graphs video_ltx2_3_t2v/i2v/ia2v/id_lora.json use it too). utensils/mold
+    # #1396 (2026-08-26) corrected its LTX-2.5 distilled stage 2 to this table.
+    "ltx2_5_stage2": (0.85, 0.725, 0.4219, 0.0),
+    # LTX-2.0's distilled stage 2: the official LTX-2 templates (video_ltx2_t2v/i2v/i2v_distilled/canny/depth .json,
+    # ManualSigmas "0.909375, 0.725, 0.421875, 0.0"), the table NVIDIA's Sol configs/default.json uses (field-notes §A4)
+    "ltx2_0_distilled_stage2": (0.909375, 0.725, 0.421875, 0.0),
 }
+# What each schedule is for, in one line (H3KitRefineSetup's tooltip, the validate rule, docs).
+SCHEDULE_NOTES = {
+    "identity_0.78": "refines an H3 draft and keeps its identity (field report, measured; the default)",
+    "identity_0.5": "gentler: identity_0.78 scaled to T8's identity preset",
+    "ltx2_5_stage2": "LTX-2.5's official stage 2 refining LTX's own stage 1 (ComfyUI templates); on an H3 draft it "
+                     "changes details (F23), so it needs allow_repaint",
+    "ltx2_0_distilled_stage2": "LTX-2.0's distilled stage 2, not LTX-2.5's (official LTX-2 templates, NVIDIA's Sol "
+                               "config); on an H3 draft it paints another face (F23), so it needs allow_repaint",
+}
+# Names saved graphs may still hold -> the schedule they always meant. ComfyUI refuses a combo value that is not in
+# the list, so these stay selectable; the node and the validate rule say once what they really are.
+LEGACY_SCHEDULES = {"nvidia_official": "ltx2_0_distilled_stage2"}  # the pack's name before issue 30
 DEFAULT_SCHEDULE = "identity_0.78"
 MANUAL_SCHEDULE = "manual"
+SCHEDULE_CHOICES = (*SIGMA_SCHEDULES, MANUAL_SCHEDULE, *LEGACY_SCHEDULES)  # H3KitRefineSetup's `schedule` combo
 SIGMA_EXAMPLE = "0.78, 0.643, 0.546, 0"
+# The rest of the official LTX-2.5 stage 2 (video_ltx2_5_t2v/i2v.json): KSamplerSelect euler_ancestral,
+# LTXVDualCFGGuider (cfg 1, 1) and an audio+video latent (LTXVConcatAVLatent of the upsampled video and the stage-1
+# audio). H3KitRefineSetup's default differs on purpose: first sigma 0.78, euler, a video-only latent (the sound is
+# H3's and is muxed at the end; field-notes §A3).
+LTX2_5_STAGE2_SAMPLER = "euler_ancestral"
+LTX2_5_STAGE2_GUIDER = "LTXVDualCFGGuider"
+
+
+def schedule_sigmas(name: object) -> tuple[float, ...] | None:
+    """A named schedule's sigmas (a legacy name gives its table's), None for 'manual' or an unknown name."""
+    key = LEGACY_SCHEDULES.get(name, name) if isinstance(name, str) else None
+    return SIGMA_SCHEDULES.get(key) if key is not None else None
+
+
+def sigma_text(values) -> str:
+    """(0.909375, 0.725, 0.421875, 0.0) -> '0.909375, 0.725, 0.421875, 0' (how docs and messages show a schedule)."""
+    return ", ".join(f"{value:g}" for value in values)
+
 
 # ------------------------------------------------------------------------------------ Ref2VA references
 # The Autogrow slots of MiniMaxH3ReferenceToVideo (ComfyUI 0.33.0 comfy_extras/nodes_minimax_h3.py, `max` of each

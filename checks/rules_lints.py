@@ -22,14 +22,12 @@ from .graph import (
     nodes_of,
     resolved,
     source_node,
-    upstream_of_inputs,
 )
-from .problem import Problem
+from .problem import WARNING, Problem
+from .refine_source import picture_source
 from .rules_pipeline import H3_LATENT_NODES
 
 SAMPLER_NODES = ("SamplerCustomAdvanced", "SamplerCustom", "KSampler", "KSamplerAdvanced")
-# Nodes whose LATENT output carries an existing video into a sampler: a sampler fed from them refines.
-REFINE_SOURCES = {"LTXVLatentUpsampler", "VAEEncode", "H3KitDraftToLTX", "LoadLatent", "LTXVImgToVideoInplace"}
 
 
 # --- sigmas (F23, F16) --------------------------------------------------------------------------
@@ -48,7 +46,7 @@ def sigmas_of(graph: dict, sampler: dict) -> tuple[list[float] | None, str | Non
         schedule = resolved(graph, node, "schedule", facts.DEFAULT_SCHEDULE)
         if schedule == facts.MANUAL_SCHEDULE:
             return _parsed(resolved(graph, node, "manual_sigmas", "")), src_id, node
-        preset = facts.SIGMA_SCHEDULES.get(str(schedule))
+        preset = facts.schedule_sigmas(schedule)
         return (list(preset) if preset else None), src_id, node
     return None, src_id, node
 
@@ -82,38 +80,58 @@ def steps_of(graph: dict, sampler: dict) -> int | None:
 
 
 def is_refine(graph: dict, sampler: dict, sigma_src: dict | None) -> bool:
+    """The sampler starts from an existing video (encoded, upsampled, loaded), not from a fresh latent (F01)."""
     if sigma_src is not None and sigma_src.get("class_type") == "H3KitRefineSetup":
         return True
-    latent_side = upstream_of_inputs(graph, sampler, ("latent_image",))
-    return any(class_of(graph, nid) in REFINE_SOURCES for nid in latent_side)
+    return picture_source(graph, sampler).existing
 
 
 def lint_refine_first_sigma(graph: dict, schemas: dict) -> list[Problem]:
-    """F23: a refine (sampler fed an existing video latent) that starts above sigma 0.8 repaints identity.
+    """F23: LTX refining an H3 draft from a first sigma above 0.8 repaints the draft's identity.
 
-    Covers ManualSigmas and any other sigma source; H3KitRefineSetup's own schedule and manual sigmas are
-    checked by rules_pipeline.lint_refine_sigmas (issue 3).
+    Scoped to its evidence (field-notes §A4: the sweep refined an H3 draft): the sampler's picture must be an H3
+    draft (refine_source.picture_source). LTX refining its own stage 1 (the official LTX-2.x templates' stage 2 at
+    0.85 / 0.909375 after LTXVLatentUpsampler) and any stage 1 are not judged; where the source cannot be told (a
+    loaded latent or video, a node the walk cannot follow with an H3 node or a file behind it) a warning says what
+    is unknown. Covers ManualSigmas and any parsed sigma source; H3KitRefineSetup's own schedule and manual sigmas
+    are checked by rules_pipeline.lint_refine_sigmas (the node refuses them itself).
     """
     problems = []
     for sid, sampler in nodes_of(graph, "SamplerCustomAdvanced", "SamplerCustom"):
         sigmas, src_id, src = sigmas_of(graph, sampler)
-        if src is None or src.get("class_type") == "H3KitRefineSetup" or not is_refine(graph, sampler, src):
+        if src is None or src.get("class_type") == "H3KitRefineSetup":
             continue
         ct = src["class_type"]
-        if sigmas is None:
-            if ct == "ManualSigmas":
-                problems.append(Problem(src_id, ct, "sigmas", resolved(graph, src, "sigmas"),
-                                        f"sigmas do not parse: {_sigma_error(resolved(graph, src, 'sigmas'))}",
-                                        f"write descending numbers in [0, 1] ending at 0, e.g. '{facts.SIGMA_EXAMPLE}'"))
+        unparsed = sigmas is None and ct == "ManualSigmas"
+        if not unparsed and (sigmas is None or sigmas[0] <= facts.REPAINT_SIGMA_LIMIT):
             continue
-        if sigmas[0] > facts.REPAINT_SIGMA_LIMIT:
+        source = picture_source(graph, sampler)
+        if source.h3_draft is not None:
+            problems.append(_h3_draft_refine_problem(graph, sid, src_id, src, sigmas, source.h3_draft))
+        elif source.unknown is not None and sigmas is not None:
             problems.append(Problem(
                 src_id, ct, "sigmas", sigmas[0],
-                f"F23: the refine sampler {sid} starts at sigma {sigmas[0]:g} > {facts.REPAINT_SIGMA_LIMIT:g}: LTX "
-                "repaints identity "
-                "(measured: 0.85 changes details, 0.909 gives a different person)",
-                f"use {facts.SIGMA_EXAMPLE}, or H3KitRefineSetup with schedule '{facts.DEFAULT_SCHEDULE}'"))
+                f"F23 cannot be judged: sampler {sid} starts at sigma {sigmas[0]:g} > {facts.REPAINT_SIGMA_LIMIT:g} on "
+                f"a picture from {source.unknown}, so H3Kit cannot tell whether it refines an H3 draft (an H3 draft "
+                f"refined above {facts.REPAINT_SIGMA_LIMIT:g} gets another face; LTX refining its own stage 1 is fine)",
+                f"if it is an H3 draft, use {facts.SIGMA_EXAMPLE}; if it is LTX's own stage 1, nothing to do",
+                severity=WARNING))
     return problems
+
+
+def _h3_draft_refine_problem(graph: dict, sid: str, src_id: str, src: dict, sigmas: list[float] | None,
+                             draft: tuple[str, str]) -> Problem:
+    ct, (draft_id, draft_class) = src["class_type"], draft
+    if sigmas is None:
+        text = resolved(graph, src, "sigmas")
+        return Problem(src_id, ct, "sigmas", text, f"sigmas do not parse: {_sigma_error(text)}",
+                       f"write descending numbers in [0, 1] ending at 0, e.g. '{facts.SIGMA_EXAMPLE}'")
+    return Problem(
+        src_id, ct, "sigmas", sigmas[0],
+        f"F23: the refine sampler {sid} starts at sigma {sigmas[0]:g} > {facts.REPAINT_SIGMA_LIMIT:g} on the H3 draft "
+        f"from {draft_class} (node {draft_id}): LTX repaints the draft's identity (measured: 0.85 changes details, "
+        "0.909 gives a different person)",
+        f"use {facts.SIGMA_EXAMPLE}, or H3KitRefineSetup with schedule '{facts.DEFAULT_SCHEDULE}'")
 
 
 def lint_spectrum_warmup(graph: dict, schemas: dict) -> list[Problem]:

@@ -165,7 +165,8 @@ def lint_mux_fps(graph: dict, schemas: dict) -> list[Problem]:
 
 # ------------------------------------------------------------------------------------------ sigmas
 def lint_refine_sigmas(graph: dict, schemas: dict) -> list[Problem]:
-    """H3KitRefineSetup: manual sigmas must parse; a first sigma above 0.8 needs allow_repaint (F23)."""
+    """H3KitRefineSetup, as the node judges itself: manual sigmas must parse, a first sigma above 0.8 needs
+    allow_repaint (F23: the node refines H3 drafts), a legacy schedule name is said once with its real name."""
     problems: list[Problem] = []
     for node_id, node in nodes_of(graph, REFINE_SETUP):
         inputs = inputs_of(node)
@@ -182,20 +183,33 @@ def lint_refine_sigmas(graph: dict, schemas: dict) -> list[Problem]:
                                         f"write e.g. {pm.SIGMA_EXAMPLE}"))
                 continue
             where, shown = "manual_sigmas", text
-        elif schedule in pm.SIGMA_SCHEDULES:
-            values, where, shown = list(pm.SIGMA_SCHEDULES[schedule]), "schedule", schedule
+        elif (table := pm.schedule_sigmas(schedule)) is not None:
+            values, where, shown = list(table), "schedule", schedule
+            if schedule in pm.LEGACY_SCHEDULES:
+                problems.append(_legacy_schedule(node_id, schedule))
         else:
             continue
         if values[0] > pm.REPAINT_SIGMA_LIMIT and allow is False:
             problems.append(Problem(node_id, REFINE_SETUP, where, shown,
-                                    f"first sigma {values[0]:g} > {pm.REPAINT_SIGMA_LIMIT:g} repaints faces (F23); the node refuses it "
-                                    "unless allow_repaint is true",
+                                    f"first sigma {values[0]:g} > {pm.REPAINT_SIGMA_LIMIT:g} repaints an H3 draft's faces "
+                                    "(F23); the node refuses it unless allow_repaint is true",
                                     f"use schedule {pm.DEFAULT_SCHEDULE}, or set allow_repaint true"))
         elif values[0] > pm.REPAINT_SIGMA_LIMIT and allow is True:
             problems.append(Problem(node_id, REFINE_SETUP, where, shown,
-                                    f"first sigma {values[0]:g} > {pm.REPAINT_SIGMA_LIMIT:g} will repaint faces (F23)",
+                                    f"first sigma {values[0]:g} > {pm.REPAINT_SIGMA_LIMIT:g} will repaint an H3 draft's "
+                                    "faces (F23)",
                                     f"use {pm.DEFAULT_SCHEDULE} to keep the draft's identity", severity="warning"))
     return problems
+
+
+def _legacy_schedule(node_id: str, name: str) -> Problem:
+    """A saved graph's old schedule name: it still runs (same sigmas); say once what it is and its name now."""
+    now = pm.LEGACY_SCHEDULES[name]
+    return Problem(node_id, REFINE_SETUP, "schedule", name,
+                   f"'{name}' is the old name of '{now}' ({pm.sigma_text(pm.SIGMA_SCHEDULES[now])}): "
+                   f"{pm.SCHEDULE_NOTES[now]}. It still runs with the same sigmas",
+                   f"pick '{now}' (same sigmas), or '{pm.DEFAULT_SCHEDULE}' to keep an H3 draft's identity",
+                   severity="warning")
 
 
 PIPELINE_RULES = [lint_sizes_and_lengths, lint_two_stage_grid, lint_mux_fps, lint_refine_sigmas]

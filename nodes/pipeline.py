@@ -271,14 +271,26 @@ def available_samplers() -> list[str]:
     return list(PINNED_SAMPLERS)
 
 
+def schedule_tooltip() -> str:
+    """Each schedule with its sigmas and what it is for (facts.SCHEDULE_NOTES), the legacy names last."""
+    named = [f"{name}: {facts.sigma_text(values)} ({facts.SCHEDULE_NOTES[name]})"
+             for name, values in facts.SIGMA_SCHEDULES.items()]
+    legacy = [f"{old}: old name of {now}, kept so saved graphs load" for old, now in facts.LEGACY_SCHEDULES.items()]
+    return "; ".join([*named, f"{facts.MANUAL_SCHEDULE}: the manual_sigmas text", *legacy]) + "."
+
+
 class H3KitRefineSetup:
     DISPLAY_NAME = "H3Kit Refine Setup (LTX-2.5)"
     CATEGORY = CATEGORY
     DESCRIPTION = (
-        f"Model, sampler and sigmas for the LTX-2.5 refine (feed SamplerCustomAdvanced). Default: {facts.SIGMA_EXAMPLE} "
-        f"with euler, 3 steps: measured to keep the draft's identity. First sigmas above {facts.REPAINT_SIGMA_LIMIT:g} "
-        "repaint faces into another "
-        "person and are refused unless allow_repaint is on."
+        f"Model, sampler and sigmas for LTX-2.5 refining an H3 draft (feed SamplerCustomAdvanced). Default "
+        f"{facts.DEFAULT_SCHEDULE} ({facts.SIGMA_EXAMPLE}) with euler, 3 steps: measured to keep the draft's identity "
+        f"(field report). First sigmas above {facts.REPAINT_SIGMA_LIMIT:g} repaint the draft's faces (F23) and are "
+        "refused unless allow_repaint is on. How this differs from ComfyUI's official LTX-2.5 two-stage, which refines "
+        f"LTX's own stage 1: there stage 2 starts at {facts.SIGMA_SCHEDULES['ltx2_5_stage2'][0]:g} (schedule "
+        f"ltx2_5_stage2), samples with {facts.LTX2_5_STAGE2_SAMPLER}, guides with {facts.LTX2_5_STAGE2_GUIDER} and "
+        "refines an audio+video latent; here the first sigma is lower, the sampler euler, the guider yours (the shipped "
+        "graphs: CFGGuider, cfg 1) and the latent video-only (the sound is H3's, muxed at the end)."
     )
     FUNCTION = "execute"
     RETURN_TYPES = ("MODEL", "SAMPLER", "SIGMAS", "STRING")
@@ -286,24 +298,22 @@ class H3KitRefineSetup:
 
     @classmethod
     def INPUT_TYPES(cls) -> dict:
-        schedules = [*facts.SIGMA_SCHEDULES, facts.MANUAL_SCHEDULE]
         return {
             "required": {
                 "model": ("MODEL", {"tooltip": "The LTX-2.5 distilled refiner (UNETLoader or UnetLoaderGGUF). "
                                     "Returned unchanged."}),
-                "schedule": (schedules, {"default": facts.DEFAULT_SCHEDULE, "tooltip":
-                             "identity_0.78: 0.78, 0.643, 0.546, 0 (identity held, measured); identity_0.5: 0.5, 0.412, "
-                             "0.350, 0 (gentler); nvidia_official: 0.909375, 0.725, 0.421875, 0 (repaints faces, needs "
-                             "allow_repaint); manual: the manual_sigmas text."}),
+                "schedule": (list(facts.SCHEDULE_CHOICES), {"default": facts.DEFAULT_SCHEDULE,
+                                                             "tooltip": schedule_tooltip()}),
                 "manual_sigmas": ("STRING", {"default": facts.SIGMA_EXAMPLE, "multiline": False, "tooltip":
                                   "Used only with schedule 'manual': comma-separated, finite, in [0, 1], strictly "
                                   "descending, ending at 0."}),
                 "sampler": (host_choices(cls.__name__, "sampler", available_samplers), {"default": "euler", "tooltip":
-                            "Sampler for the refine steps (euler: what the schedules were measured with)."}),
+                            "Sampler for the refine steps (euler: what the identity schedules were measured with; the "
+                            f"official LTX-2.5 stage 2 uses {facts.LTX2_5_STAGE2_SAMPLER})."}),
                 "allow_repaint": ("BOOLEAN", {"default": False, "tooltip":
                                   f"Allow a first sigma above {facts.REPAINT_SIGMA_LIMIT:g}. Off: refused, because at "
-                                  "0.85+ the refine repaints "
-                                  "the face into another person (F23)."}),
+                                  "0.85+ the refine repaints the H3 draft's face into another person (F23). The "
+                                  "official LTX stage-2 tables start above it: they refine LTX's own stage 1."}),
             },
         }
 
@@ -314,6 +324,7 @@ class H3KitRefineSetup:
             raise H3KitInputError(node, "model", None, "no model connected", "connect the LTX-2.5 refiner MODEL")
         self._check_model_family(model, report)
         values = self._sigmas(schedule, manual_sigmas)
+        self._report_legacy_name(schedule, report)
         self._check_repaint(values, schedule, manual_sigmas, bool(allow_repaint), report)
         sampler_obj = self._sampler(sampler)
         sigmas = torch.tensor(values, dtype=torch.float32)
@@ -331,17 +342,28 @@ class H3KitRefineSetup:
 
     def _sigmas(self, schedule: str, manual: str) -> list[float]:
         node = type(self).__name__
-        if schedule in facts.SIGMA_SCHEDULES:
-            return list(facts.SIGMA_SCHEDULES[schedule])
+        table = facts.schedule_sigmas(schedule)
+        if table is not None:
+            return list(table)
         if schedule != facts.MANUAL_SCHEDULE:
             raise H3KitInputError(node, "schedule", schedule, "unknown schedule",
-                                  f"use one of: {', '.join([*facts.SIGMA_SCHEDULES, facts.MANUAL_SCHEDULE])}")
+                                  f"use one of: {', '.join(facts.SCHEDULE_CHOICES)}")
         try:
             return facts.parse_sigmas(manual if isinstance(manual, str) else str(manual))
         except facts.SigmaError as exc:
             raise H3KitInputError(node, "manual_sigmas", manual, str(exc),
                                   f"write e.g. {facts.SIGMA_EXAMPLE} (finite, in [0, 1], strictly descending, ending at 0)"
                                   ) from None
+
+    @staticmethod
+    def _report_legacy_name(schedule: str, report: Report) -> None:
+        """A saved graph's old schedule name runs as before (ComfyUI refuses a vanished combo value); said once."""
+        now = facts.LEGACY_SCHEDULES.get(schedule)
+        if now is not None:
+            report.fallback(f"legacy_schedule:{schedule}",
+                            f"schedule '{schedule}' is the old name of '{now}' "
+                            f"({facts.sigma_text(facts.SIGMA_SCHEDULES[now])}): {facts.SCHEDULE_NOTES[now]}. "
+                            f"Same sigmas; pick '{now}' to stop this message")
 
     def _check_repaint(self, values: list[float], schedule: str, manual: str, allow: bool, report: Report) -> None:
         first = values[0]
@@ -352,15 +374,13 @@ class H3KitRefineSetup:
         if not allow:
             raise H3KitInputError(
                 type(self).__name__, where, shown,
-                f"first sigma {first:g} is above {facts.REPAINT_SIGMA_LIMIT:g}: at 0.85 and above the refine repaints "
-                "the face into another "
-                "person (F23)",
+                f"first sigma {first:g} is above {facts.REPAINT_SIGMA_LIMIT:g}: from 0.85 up, refining an H3 draft "
+                "repaints the face into another person (F23)",
                 f"use schedule {facts.DEFAULT_SCHEDULE} (measured to keep identity), or turn allow_repaint on to accept "
                 "repainting",
             )
-        report.warn(f"first sigma {first:g} > {facts.REPAINT_SIGMA_LIMIT:g} allowed by allow_repaint: expect faces and "
-                    "details to be "
-                    "repainted (F23)")
+        report.warn(f"first sigma {first:g} > {facts.REPAINT_SIGMA_LIMIT:g} allowed by allow_repaint: expect an H3 "
+                    "draft's faces and details to be repainted (F23)")
 
     def _sampler(self, name: str) -> Any:
         samplers = host_module("comfy.samplers")

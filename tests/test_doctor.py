@@ -20,7 +20,8 @@ SCHEMAS = offline_schemas()
 
 
 def refine_graph(sigmas: str = "0.78, 0.643, 0.546, 0", latent_from: str = "LTXVLatentUpsampler") -> dict:
-    """A refine sampler fed by ManualSigmas; its latent comes from `latent_from`."""
+    """LTX refining an H3 draft (H3 latent -> VAEDecode -> VAEEncode -> LTXVLatentUpsampler) with ManualSigmas;
+    the sampler's latent comes from `latent_from`."""
     latent = {"LTXVLatentUpsampler": {"class_type": "LTXVLatentUpsampler",
                                       "inputs": {"samples": ["9", 0], "upscale_model": ["8", 0], "vae": ["7", 0]}},
               "EmptyLTXVLatentVideo": {"class_type": "EmptyLTXVLatentVideo",
@@ -39,7 +40,11 @@ def refine_graph(sigmas: str = "0.78, 0.643, 0.546, 0", latent_from: str = "LTXV
         "9": {"class_type": "VAEEncode", "inputs": {"pixels": ["12", 0], "vae": ["7", 0]}},
         "10": {"class_type": "RandomNoise", "inputs": {"noise_seed": 1}},
         "11": latent,
-        "12": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 9, "color": 0}},
+        "12": {"class_type": "VAEDecode", "inputs": {"samples": ["13", 1], "vae": ["14", 0]}},
+        "13": {"class_type": "MiniMaxH3ImageToVideo", "inputs": {"clip": ["15", 0], "vae": ["14", 0], "prompt": "a cat",
+                                                                "width": 672, "height": 384, "length": 124}},
+        "14": {"class_type": "VAELoader", "inputs": {"vae_name": "h3_vae.safetensors"}},
+        "15": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen.safetensors", "type": "minimax"}},
     }
 
 
@@ -85,8 +90,10 @@ def refine_setup_graph(**inputs) -> dict:
 
 
 @pytest.mark.parametrize(("inputs", "severity"), [
-    ({"schedule": "nvidia_official", "allow_repaint": False}, "error"),
-    ({"schedule": "nvidia_official", "allow_repaint": True}, "warning"),
+    ({"schedule": "ltx2_0_distilled_stage2", "allow_repaint": False}, "error"),
+    ({"schedule": "ltx2_0_distilled_stage2", "allow_repaint": True}, "warning"),
+    ({"schedule": "ltx2_5_stage2", "allow_repaint": False}, "error"),  # the node refines H3 drafts: 0.85 repaints
+    ({"schedule": "ltx2_5_stage2", "allow_repaint": True}, "warning"),
     ({"schedule": "manual", "manual_sigmas": "0.85, 0.5, 0", "allow_repaint": False}, "error"),
     ({"schedule": "identity_0.78", "allow_repaint": False}, None),
     ({"schedule": "manual", "manual_sigmas": "0.7, 0.4, 0", "allow_repaint": False}, None),

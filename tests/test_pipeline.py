@@ -260,6 +260,41 @@ def test_first_sigma_of_exactly_0_8_is_allowed(fake_samplers):
     assert refine(schedule="manual", manual_sigmas="0.8, 0.4, 0")[2].tolist() == pytest.approx([0.8, 0.4, 0.0])
 
 
+def test_f23_first_sigma_just_above_0_8_is_refused(fake_samplers):
+    with pytest.raises(H3KitInputError, match="F23"):
+        refine(schedule="manual", manual_sigmas="0.8000001, 0.4, 0")
+
+
+@pytest.mark.parametrize(("schedule", "expected"), [
+    ("ltx2_5_stage2", [0.85, 0.725, 0.4219, 0.0]),  # official LTX-2.5 templates' stage 2
+    ("ltx2_0_distilled_stage2", [0.909375, 0.725, 0.421875, 0.0]),  # official LTX-2 templates' stage 2
+])
+def test_f23_official_stage2_tables_need_allow_repaint_on_an_h3_draft(fake_samplers, schedule, expected):
+    with pytest.raises(H3KitInputError, match="F23"):
+        refine(schedule=schedule)
+    _, _, sigmas, report = refine(schedule=schedule, allow_repaint=True)
+    assert sigmas.tolist() == pytest.approx(expected) and report["fallbacks"] == []
+
+
+def test_f23_legacy_nvidia_official_still_runs_as_the_ltx2_0_table_and_says_so(fake_samplers):
+    # Saved graphs hold schedule 'nvidia_official': ComfyUI refuses a combo value that is not offered, so it stays.
+    assert "nvidia_official" in H3KitRefineSetup.INPUT_TYPES()["required"]["schedule"][0]
+    _, _, sigmas, report = refine(schedule="nvidia_official", allow_repaint=True)
+    assert sigmas.tolist() == pytest.approx([0.909375, 0.725, 0.421875, 0.0])
+    (said,) = report["fallbacks"]
+    assert "'ltx2_0_distilled_stage2'" in said and "LTX-2.0" in said and "not LTX-2.5" in said
+
+
+def test_f23_refine_setup_says_how_it_differs_from_the_official_ltx2_5_refine():
+    schedule = H3KitRefineSetup.INPUT_TYPES()["required"]["schedule"]
+    assert schedule[0] == ["identity_0.78", "identity_0.5", "ltx2_5_stage2", "ltx2_0_distilled_stage2", "manual",
+                           "nvidia_official"] and schedule[1]["default"] == "identity_0.78"
+    assert "ltx2_5_stage2: 0.85, 0.725, 0.4219, 0" in schedule[1]["tooltip"]
+    assert "ltx2_0_distilled_stage2: 0.909375, 0.725, 0.421875, 0" in schedule[1]["tooltip"]
+    text = H3KitRefineSetup.DESCRIPTION
+    assert all(word in text for word in ("0.85", "euler_ancestral", "LTXVDualCFGGuider", "audio+video", "video-only"))
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("0.78, 0.643, 0.546, 0", [0.78, 0.643, 0.546, 0.0]),
     ("0.5;0.35;0", [0.5, 0.35, 0.0]),

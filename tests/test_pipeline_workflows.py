@@ -122,15 +122,18 @@ def test_strict_policy_with_an_h3_length_is_caught(schemas, tmp_path):
     assert found.input == "frame_policy" and "124 frames" in found.message
 
 
-def test_f23_repaint_schedule_needs_allow_repaint(schemas, tmp_path):
+@pytest.mark.parametrize("schedule", ["ltx2_5_stage2", "ltx2_0_distilled_stage2", "nvidia_official"])
+def test_f23_repaint_schedule_needs_allow_repaint(schemas, tmp_path, schedule):
     graph = load("h3_ltx_two_stage.json")
     setup = graph[_node_id(graph, "H3KitRefineSetup")]["inputs"]
-    setup["schedule"] = "nvidia_official"
+    setup["schedule"] = schedule  # the legacy name too: the schema check accepts a saved graph's old combo value
     (found,) = errors(problems_of(graph, schemas, tmp_path))
     assert "F23" in found.message
     setup["allow_repaint"] = True
     allowed = problems_of(graph, schemas, tmp_path)
     assert not errors(allowed) and any("F23" in p.message for p in allowed)
+    assert len([p for p in allowed if "old name of 'ltx2_0_distilled_stage2'" in p.message]) == (
+        schedule == "nvidia_official")
 
 
 def test_bad_manual_sigmas_are_caught_offline(schemas, tmp_path):

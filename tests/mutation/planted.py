@@ -30,12 +30,13 @@ LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/
 RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
 HOST = ("tests/test_host_layout.py", "tests/test_run.py", "tests/test_server_routes.py")
 RULES = ("tests/test_facts.py", "tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py",
-         "tests/test_pipeline.py")
+         "tests/test_pipeline.py", "tests/test_f23_refine_scope.py")
+F23_SCOPE = ("tests/test_f23_refine_scope.py",)
 
 MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------------ the nine that used to pass
     Mutant("M01", "F23 offline lint limit moved to 0.9", "checks/rules_lints.py",
-           "if sigmas[0] > facts.REPAINT_SIGMA_LIMIT:", "if sigmas[0] > 0.9:", RULES),
+           "sigmas[0] <= facts.REPAINT_SIGMA_LIMIT):", "sigmas[0] <= 0.9):", RULES),
     Mutant("M02", "F01 correlation uncentred (cosine)", "kernels/frames.py",
            "    x = x - x.mean()\n    y = y - y.mean()\n", "", F01),
     Mutant("M03", "F01 correlation abs()-ed", "kernels/frames.py",
@@ -127,4 +128,15 @@ MUTANTS: list[Mutant] = [
            '    if position != "correct":\n        return Check(FAIL, "comfyui version", f"{text}")\n'
            '    if position == "correct":\n        return Check(PASS, "comfyui version", f"{text}; refine node(s)',
            ("tests/test_doctor.py",)),
+    # ------------------------------------------------------------------ issue 30: F23 scoped to an H3 draft
+    Mutant("M32", "F23: an i2v guide frame counts as the refined picture", "checks/refine_source.py",
+           '"LTXVImgToVideoInplace": ("latent",),', '"LTXVImgToVideoInplace": ("latent", "image"),', F23_SCOPE),
+    Mutant("M33", "F23: H3 generating its own latent counts as refining an H3 draft", "checks/refine_source.py",
+           "if ct in DRAFT_HANDOFFS or (encoded and is_h3_node(ct)):", "if is_h3_node(ct):", F23_SCOPE),
+    Mutant("M34", "F23: a source H3Kit cannot see is FAILed instead of warned about", "checks/rules_lints.py",
+           "                severity=WARNING))", "                ))", F23_SCOPE),
+    Mutant("M35", "legacy 'nvidia_official' maps to the LTX-2.5 table", "checks/facts.py",
+           'LEGACY_SCHEDULES = {"nvidia_official": "ltx2_0_distilled_stage2"}',
+           'LEGACY_SCHEDULES = {"nvidia_official": "ltx2_5_stage2"}', ("tests/test_f23_refine_scope.py",
+                                                                     "tests/test_pipeline.py")),
 ]
