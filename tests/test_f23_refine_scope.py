@@ -15,9 +15,9 @@ from h3kit.checks.graph import well_formed
 from h3kit.scripts.schemas import offline_schemas
 from hypothesis import given
 from hypothesis import strategies as st
+from official_templates import corpus
 
 SCHEMAS = offline_schemas()
-CORPUS = Path(__file__).resolve().parent / "data" / "official_templates"
 
 # ManualSigmas texts exactly as the official templates write them (comfyui-workflow-templates-json 0.1.47, 0.1.123).
 LTX2_STAGE1 = "1.0, 0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875, 0.0"  # video_ltx2_5_* / ltx2_3_*
@@ -276,16 +276,11 @@ def test_f23_an_unknown_node_on_a_pure_ltx_path_says_nothing():
     assert all_f23(graph) == []
 
 
-# --- the official corpus (the lead's frontend-converted templates, when present) -----------------------------------
+# --- the official corpus (tests/official_templates.py: converted by the real frontend) ------------------------------
 
-def _corpus() -> list[Path]:
-    return sorted(CORPUS.rglob("*.json")) if CORPUS.is_dir() else []
-
-
-@pytest.mark.skipif(not _corpus(), reason=f"no frontend-converted templates under {CORPUS} yet")
-@pytest.mark.parametrize("path", _corpus(), ids=lambda p: p.name)
-def test_f23_no_official_template_gets_an_f23_error(path):
-    graph = well_formed(json.loads(path.read_text(encoding="utf-8")))
+@pytest.mark.parametrize("template", corpus(), ids=lambda t: t.label)
+def test_f23_no_official_template_gets_an_f23_error(template):
+    graph = well_formed(template.graph)
     assert [str(p) for p in all_f23(graph) if p.severity == "error"] == []
 
 
