@@ -15,7 +15,6 @@ failure fails.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import statistics
@@ -23,17 +22,14 @@ import time
 from pathlib import Path
 
 import pytest
+from browser_fixtures import open_editor
 from browser_ui import (
     Editor,
-    EditorBlocked,
     absent_files,
     dumps,
-    find_chromium,
-    launch_chromium,
     load_report_problems,
-    new_context,
 )
-from comfyui_host import ComfyUIServer, FrontendHost, configured_hosts
+from comfyui_host import ComfyUIServer
 from h3kit.checks.host_layout import adapt_graph
 from h3kit.scripts import workflows_ui
 
@@ -53,83 +49,6 @@ README_GROUP_MARGIN = (workflows_ui.GROUP_PAD, workflows_ui.TITLE_H + workflows_
 PREFLIGHT_SETTING = "H3Kit.Preflight.Enabled"
 CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine that starts above 0.8 repaints faces
 MAX_ADDED_LATENCY_MS = 200  # issue 18: a healthy 40-node graph queues at most this much later with the check
-
-
-def _combinations() -> list[FrontendHost]:
-    hosts, _ = configured_hosts()
-    roots = [r for r in os.environ.get("H3KIT_FRONTEND_ROOTS", "").split(os.pathsep) if r.strip()]
-    fields = lambda h: {f.name: getattr(h, f.name) for f in dataclasses.fields(h)}  # noqa: E731
-    return [FrontendHost(**fields(h), front_end_root=root) for h in hosts for root in (None, *roots)]
-
-
-COMBINATIONS = _combinations()
-
-
-@pytest.fixture(scope="module", params=COMBINATIONS or [None], ids=[c.label for c in COMBINATIONS] or ["no-host"])
-def server(request):
-    if request.param is None:
-        pytest.skip(configured_hosts()[1])
-    if request.param.front_end_root and not (Path(request.param.front_end_root) / "index.html").is_file():
-        pytest.fail(f"H3KIT_FRONTEND_ROOTS names {request.param.front_end_root}, which has no index.html: point it "
-                    "at the static/ folder of an unpacked comfyui-frontend-package wheel")
-    started = ComfyUIServer(request.param)
-    started.start()
-    try:
-        status, _ = started.post("/api/settings/Comfy.TutorialCompleted", True)  # no first-run template dialog
-        assert status == 200
-        yield started
-    finally:
-        started.stop()
-        started.cleanup()
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    if find_chromium() is None:
-        pytest.skip("no Chromium found: apt-get install -y chromium (or set H3KIT_CHROMIUM=/path/to/chrome)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e .[test]")
-    with sync_api.sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-_BLOCKED_EDITORS: dict[str, str] = {}  # server url -> why its editor never loads (found once per server)
-
-
-def _new_editor(chromium, server, blocked: str | None = None) -> tuple[Editor, object]:
-    if server.url in _BLOCKED_EDITORS:
-        pytest.skip(_BLOCKED_EDITORS[server.url])
-    context = new_context(chromium)
-    if blocked:
-        context.route(blocked, lambda route: route.abort())
-    try:
-        return Editor(context.new_page(), server.url), context
-    except EditorBlocked as exc:
-        context.close()
-        _BLOCKED_EDITORS[server.url] = str(exc)
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
-def editor(chromium, server):
-    page_editor, context = _new_editor(chromium, server)
-    try:
-        yield page_editor
-    finally:
-        context.close()
-
-
-@pytest.fixture(scope="module")
-def server_info(server) -> dict:
-    return server.object_info()
-
-
-@pytest.fixture(scope="module")
-def server_nodes(server_info) -> set[str]:
-    return set(server_info)
 
 
 def _api_graph(name: str) -> dict:
@@ -481,9 +400,9 @@ def test_healthy_40_node_graph_queues_with_at_most_200_ms_added(editor, server):
 
 def test_editor_works_when_the_extension_cannot_load(chromium, server):
     """The extension blocked (as if its file failed): the editor loads as it does with it, and queues unchecked."""
-    plain, plain_context = _new_editor(chromium, server)
+    plain, plain_context = open_editor(chromium, server)
     plain_context.close()
-    blocked, context = _new_editor(chromium, server, blocked="**/extensions/H3Kit/**")
+    blocked, context = open_editor(chromium, server, blocked="**/extensions/H3Kit/**")
     load_errors = sorted(blocked.page_errors)
     try:
         assert load_errors == sorted(plain.page_errors)  # the missing extension adds no error to the frontend's own
@@ -595,7 +514,7 @@ def test_readme_screenshot(chromium, server, server_info, name):
         pytest.skip(f"{server.host.name} does not serve {', '.join(sorted(unknown))}: the README shows graphs whose "
                     "nodes all load")
     written = _placeholders(server, graph, server_info)
-    editor, context = _new_editor(chromium, server)  # a fresh page reads the file lists with the placeholders
+    editor, context = open_editor(chromium, server)  # a fresh page reads the file lists with the placeholders
     try:
         editor.start_clean()
         editor.open_template(TEMPLATE_MODULE, name)
