@@ -94,15 +94,16 @@ def absent_named_files(graph: dict, server_info: dict) -> dict[str, set[str]]:
 
 
 def write_placeholders(base_dir: Path, model_folders: list[str], absent: dict[str, set[str]]) -> list[Path]:
-    """Files named as the absent ones: an empty file in every model folder (the server only lists names) and a
-    small valid picture / sound / video in input/ (what a user's LoadImage / LoadAudio / LoadVideo reads)."""
+    """Files named as the absent ones: in every model folder (the server only lists names) a file whose header reads
+    as a user's (`placeholder_weights`), and a small valid picture / sound / video in input/ (what a user's
+    LoadImage / LoadAudio / LoadVideo reads)."""
     written = []
     for name in sorted(absent["model"]):
         for folder in model_folders:
             path = base_dir / "models" / folder / name
             path.parent.mkdir(parents=True, exist_ok=True)
             if not path.exists():
-                path.write_bytes(b"")
+                path.write_bytes(placeholder_weights(name))
                 written.append(path)
     for kind in MEDIA_KINDS:
         for name in sorted(absent[kind]):
@@ -112,6 +113,17 @@ def write_placeholders(base_dir: Path, model_folders: list[str], absent: dict[st
                 _write_media(kind, path)
                 written.append(path)
     return written
+
+
+def placeholder_weights(name: str) -> bytes:
+    """A weights file with no tensors whose header is what the pack's file rules read of a real one: a safetensors
+    header with metadata and an architecture 'config' (F13/F14 pass, as on an original download), GGUF's magic."""
+    if name.lower().endswith(".safetensors"):
+        header = json.dumps({"__metadata__": {"config": "{}", "h3kit_placeholder": "official templates corpus"}})
+        return len(header).to_bytes(8, "little") + header.encode()
+    if name.lower().endswith(".gguf"):
+        return b"GGUF" + (3).to_bytes(4, "little") + bytes(16)
+    return b""
 
 
 def _write_media(kind: str, path: Path) -> None:
