@@ -127,4 +127,12 @@ MUTANTS: list[Mutant] = [
            '    if position != "correct":\n        return Check(FAIL, "comfyui version", f"{text}")\n'
            '    if position == "correct":\n        return Check(PASS, "comfyui version", f"{text}; refine node(s)',
            ("tests/test_doctor.py",)),
+    # ------------------------------------------------------------------ issue 30: override reach, picture patterns
+    Mutant("M32", "the text-side attention patch tags the site but never passes the override", "nodes/attention_sites.py",
+           "        options.setdefault(OVERRIDE_KEY, self.override)  # a call that has the sampler's options keeps its "
+           "override\n", "", ("tests/test_attention_sites.py",)),
+    Mutant("M33", "mosaic check satisfied by grid steps in one direction (stripes)", "kernels/frames.py",
+           "        ratio = min(across, down)", "        ratio = max(across, down)", ("tests/test_frame_patterns.py",)),
+    Mutant("M34", "tile check satisfied by a repeat in one direction (a split screen)", "kernels/frames.py",
+           "        error = max(min(", "        error = min(min(", ("tests/test_frame_patterns.py",)),
 ]
