@@ -2,11 +2,13 @@
 
 ComfyUI >= 0.33 ranks torch's flash kernel first for every SDPA call; on Hopper cuDNN's fused attention is
 faster for the H3 and LTX shapes (docs/benchmarks.md, "Attention backends"). This node installs
-`transformer_options["optimized_attention_override"]`, the host's own hook, which every `optimized_attention` call
-of the model passes through (H3 `Attention`, LTX `CrossAttention`, the low-VRAM head groups). It never replaces a
-block's forward. Calls the backend cannot serve (CPU, fp32, masks or head sizes it lacks, grouped-query
-attention) and inputs under the host's own small-input cut run the host's attention (or the override installed
-before this node); each is counted, and the counts are logged after every sampling.
+`transformer_options["optimized_attention_override"]`, the host's own hook. The host hands it to every attention
+call of the diffusion blocks (H3 `Attention`, LTX `CrossAttention`, the low-VRAM head groups), but calls the H3 token
+refiner and the LTX text connectors without transformer_options (nodes/attention_sites.py lists the calls); their
+attention modules' forwards are patched to pass the override (never a block's forward). Calls the backend cannot
+serve (CPU, fp32, masks or head sizes it lacks, grouped-query attention) and inputs under the host's own small-input
+cut run the host's attention (or the override installed before this node); each is counted per site, and the counts
+are logged after every sampling.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import torch
 
 from ..adapters.log import LOG, log_once
 from ..kernels import sdpa_backend
+from . import attention_sites
+from .attention_sites import OVERRIDE_KEY
 from .common import H3KitInputError, Report, category, install_sampling_summary
 
-OVERRIDE_KEY = "optimized_attention_override"
 WRAPPER_KEY = "h3kit_attention_backend"
 CHOICES = ("cudnn", "flash", "efficient")
 HOST_PATH_SMALL = "host: input under the host's small-input cut (ComfyUI calls default SDPA there too)"
@@ -37,6 +40,8 @@ class BackendOverride:
         self.previous = previous  # an override installed before this node: the host path goes through it
         self.lock = threading.Lock()
         self.paths: Counter[str] = Counter()
+        self.sites: Counter[str] = Counter()
+        self.reach: attention_sites.Reach | None = None  # which text-side sites the node made this override reach
         self.failed: dict[tuple[Any, ...], str] = {}
 
     # ComfyUI deep-copies model_options when it clones a patcher: keep the one shared counter object.
@@ -51,6 +56,7 @@ class BackendOverride:
         call = dict(mask=mask, skip_reshape=skip_reshape, skip_output_reshape=skip_output_reshape, **kwargs)
         reason = self._unsupported(q, mask, kwargs)
         key = _signature(q, mask, skip_reshape, heads)
+        site = attention_sites.call_site(q, k, kwargs)
         if not reason and key in self.failed:
             reason = self.failed[key]
         if not reason:
@@ -60,12 +66,12 @@ class BackendOverride:
             except sdpa_backend.BackendUnavailable as exc:
                 reason = self.failed[key] = str(exc)
             else:
-                self._count(self.backend)
+                self._count(self.backend, site)
                 return out
         if reason != HOST_PATH_SMALL:
             log_once(f"{WRAPPER_KEY}:{reason}", f"H3KitAttentionBackend: the host's attention runs instead of "
                                                f"{self.backend}: {reason}")
-        self._count(reason if reason == HOST_PATH_SMALL else f"host: {reason}")
+        self._count(reason if reason == HOST_PATH_SMALL else f"host: {reason}", site)
         if self.previous is not None:
             return self.previous(original_fn, q, k, v, heads, **call)
         return original_fn(q, k, v, heads, **call)
@@ -82,21 +88,24 @@ class BackendOverride:
             return HOST_PATH_SMALL
         return ""
 
-    def _count(self, path: str) -> None:
+    def _count(self, path: str, site: str) -> None:
         with self.lock:
             self.paths[path] += 1
+            self.sites[site] += 1
 
     def reset(self) -> None:
         with self.lock:
             self.paths.clear()
+            self.sites.clear()
 
     def summary(self) -> str:
         with self.lock:
             total = sum(self.paths.values())
             ran = self.paths.get(self.backend, 0)
             other = "; ".join(f"{n}x {path}" for path, n in self.paths.most_common() if path != self.backend)
+            sites = attention_sites.site_summary(self.sites, self.reach)
         return (f"H3KitAttentionBackend: sampling done: {total} attention calls, {ran} on torch SDPA "
-                f"{self.backend}" + (f"; {other}" if other else ""))
+                f"{self.backend}" + (f"; {other}" if other else "") + f"; by site: {sites}")
 
     def sampling_wrapper(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
         """OUTER_SAMPLE wrapper: counts start at zero for each sampling and are logged when it ends."""
@@ -140,8 +149,10 @@ class H3KitAttentionBackend:
     DESCRIPTION = ("Runs the model's attention on one torch SDPA backend instead of the one ComfyUI ranks first "
                    "(flash). cuDNN is exact attention and faster on H100/H200 for H3 and LTX-2.5 shapes; its "
                    "result differs from flash's only by bf16 rounding (measured on a whole clip: docs/benchmarks.md). "
-                   "Calls it cannot serve run ComfyUI's attention, counted and logged after each sampling. Works with "
-                   "the low-VRAM nodes in any order.")
+                   "Reaches every attention call of the diffusion blocks and, through a patch of their attention "
+                   "modules, the H3 token refiner and LTX text connectors (ComfyUI calls those without the hook); "
+                   "the report's coverage lists each site. Calls it cannot serve run ComfyUI's attention, counted per "
+                   "site and logged after each sampling. Works with the low-VRAM nodes in any order.")
     FUNCTION = "patch"
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
@@ -149,8 +160,9 @@ class H3KitAttentionBackend:
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
         return {"required": {
-            "model": ("MODEL", {"tooltip": "The diffusion model (H3 or LTX-2.5) whose attention calls should use "
-                                           "this backend (cloned; the input stays unchanged)."}),
+            "model": ("MODEL", {"tooltip": "The diffusion model (H3 or LTX-2.5) whose attention calls (diffusion "
+                                           "blocks, H3 token refiner, LTX text connectors) should use this backend "
+                                           "(cloned; the input stays unchanged)."}),
             "backend": (list(CHOICES), {
                 "default": "cudnn",
                 "tooltip": "cudnn: cuDNN fused attention (fastest measured on H200). flash: torch's FlashAttention-2 "
@@ -180,11 +192,13 @@ class H3KitAttentionBackend:
         override = BackendOverride(backend, previous)
         transformer_options[OVERRIDE_KEY] = override
         install_sampling_summary(patched, WRAPPER_KEY, override.sampling_wrapper, report)
+        attention_sites.reach_and_report(patched, override, report)
         report.set(exact="yes: softmax attention without quantization or sparsity; differs from ComfyUI's flash "
                          "kernel by bf16 rounding only (docs/benchmarks.md)",
                    host_path=f"CPU/fp32/grouped-query calls, masks the backend lacks and inputs under "
                              f"{sdpa_backend.SMALL_INPUT_ELEMENTS} elements run the host's attention",
-                   counts="logged after each sampling: 'H3KitAttentionBackend: sampling done' in the console")
+                   counts="logged after each sampling, per site: 'H3KitAttentionBackend: sampling done' in the "
+                          "console")
         return patched, report.json()
 
 

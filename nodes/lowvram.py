@@ -22,6 +22,7 @@ import torch
 from ..adapters import kitchen
 from ..adapters.log import LOG, log_once
 from ..kernels import chunked
+from .attention_sites import find_text_sites, is_h3_attention, is_ltx_attention
 from .common import H3KitInputError, Report, category
 
 SETTINGS_KEY = "h3kit_lowvram"
@@ -53,14 +54,6 @@ class Structure:
     reason: str = ""
 
 
-def _is_h3_attention(module: Any) -> bool:
-    return all(hasattr(module, a) for a in ("qkv_proj", "q_norm", "k_norm", "out_proj", "heads", "head_dim"))
-
-
-def _is_ltx_attention(module: Any) -> bool:
-    return all(hasattr(module, a) for a in ("to_q", "to_k", "to_v", "to_out", "q_norm", "k_norm", "heads", "dim_head"))
-
-
 def find_structure(model: Any) -> Structure:
     """H3 (`blocks[i].attn/.mlp`) or LTX (`transformer_blocks[i].attn1.../ff`) targets of a ModelPatcher."""
     try:
@@ -68,10 +61,10 @@ def find_structure(model: Any) -> Structure:
     except (AttributeError, KeyError) as exc:
         return Structure(None, reason=f"no diffusion_model on this MODEL ({type(exc).__name__}: {exc})")
     blocks = getattr(net, "blocks", None)
-    if blocks is not None and len(blocks) and _is_h3_attention(getattr(blocks[0], "attn", None)):
+    if blocks is not None and len(blocks) and is_h3_attention(getattr(blocks[0], "attn", None)):
         found = Structure("h3")
         for i, block in enumerate(blocks):
-            if _is_h3_attention(getattr(block, "attn", None)):
+            if is_h3_attention(getattr(block, "attn", None)):
                 found.attention.append(Target(f"diffusion_model.blocks.{i}.attn", block.attn, "h3_attn"))
             mlp = getattr(block, "mlp", None)
             if mlp is not None and hasattr(mlp, "fc1") and hasattr(mlp, "fc2"):
@@ -83,7 +76,7 @@ def find_structure(model: Any) -> Structure:
         for i, block in enumerate(blocks):
             for name in LTX_ATTENTION_NAMES:
                 module = getattr(block, name, None)
-                if module is not None and _is_ltx_attention(module):
+                if module is not None and is_ltx_attention(module):
                     found.attention.append(Target(f"diffusion_model.transformer_blocks.{i}.{name}", module, "ltx_attn"))
             for name in LTX_FFN_NAMES:
                 module = getattr(block, name, None)
@@ -377,7 +370,8 @@ class H3KitLowVRAMAttention:
                    "every quantized layout of the host whose rows can be cut exactly included), normalised with the "
                    "host's own kernel, so the fused qkv buffer never exists whole. Where a layer cannot be split (a "
                    "layout without an exact row slice, wrapped layers) it runs whole and the report and log say so. "
-                   "Auto leaves short sequences to the host's forward. Measured numbers: docs/benchmarks.md.")
+                   "Auto leaves short sequences to the host's forward; the H3 token refiner and LTX text connectors "
+                   "(text-length) are not patched, listed in the report. Measured numbers: docs/benchmarks.md.")
     FUNCTION = "patch"
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
@@ -431,6 +425,9 @@ class H3KitLowVRAMAttention:
                            "each new outcome is logged once (logger H3Kit)",
                    weights=_weight_summary([t.module for t in found.attention], found.family),
                    rule=AUTO_RULE if head_chunks == 0 else "fixed")
+        left = _text_sites_left(patched)
+        if left:
+            report.set(not_patched=left)
         return (patched, report.json())
 
     @staticmethod
@@ -454,6 +451,14 @@ class H3KitLowVRAMAttention:
             patch = LTXAttentionPatch(target.module, planner, ledger, original)
         patched.add_object_patch(key, outer.with_inner(patch) if outer is not None else patch)
         counts["patched"] += 1
+
+
+def _text_sites_left(model: Any) -> dict[str, str]:
+    """The text-side attention layers this node leaves to the host, and why (report `not_patched`)."""
+    sites = find_text_sites(model.get_model_object("diffusion_model"))
+    return {site.name: f"{len(site.keys)} attention layer(s) run the host's own forward: text-length sequences (H3: "
+                       "the prompt's tokens; LTX: padded to 1024 registers), once per conditioning and sampling"
+            for site in sites}
 
 
 def _rope_kernel(family: str, ck: Any, origin: str) -> str:

@@ -53,6 +53,19 @@ FIX_BROKEN_DRAFT = (
     "computed in fp16 (RTX 20xx) can overflow: compute H3 in fp32"
 )
 FIX_NO_SIGNAL = "the sampler output carries no signal: check the refiner model file and the latent wiring"
+FIX_MOSAIC = (
+    "a mosaic on the VAE's latent grid is what a decoder paints from a latent with no picture in it (reported with "
+    "'the prompt has no effect', Comfy-Org/ComfyUI#15805): check that the text encoder file and its CLIPLoader type "
+    "belong to the diffusion model, that the positive conditioning reaches the sampler, and that the model, LoRA and "
+    "VAE files are the ones the graph names; preview the H3 draft alone (VAEDecode -> PreviewImage) to see which "
+    "stage makes it"
+)
+FIX_TILES = (
+    "a picture repeated as tiles comes from a decode that treats each tile as the whole frame (H3's tiled VAE decode: "
+    "Comfy-Org/ComfyUI#15548, fix proposed in #15561) or from a latent decoded with another width, height or length "
+    "than it was made with: decode the same latent with the plain VAEDecode and check that the latent's size matches "
+    "the decoder's"
+)
 FIX_SOLID = (
     "an all-black refine is usually a NaN latent (F10: on RTX 20xx load the GGUF Q4_K_M refiner, "
     "workflows/api/h3_ltx_two_stage_turing.json); solid grey is an all-zero latent. Put H3KitLatentGuard before "
@@ -497,9 +510,12 @@ class H3KitFrameGuard:
     DISPLAY_NAME = "H3Kit Frame Guard"
     CATEGORY = CATEGORY
     DESCRIPTION = (
-        "Stops (or warns about) decoded frames that would be saved as a 'successful' broken video: NaN/Inf pixels and "
-        "black or single-colour frames (F10's all-black refine). Fades are fine: the guard fires when more than "
-        "max_solid_fraction of the frames are solid. Passes the frames through."
+        "Stops (or warns about) decoded frames that would be saved as a 'successful' broken video: NaN/Inf pixels, "
+        "black or single-colour frames (F10's all-black refine), a block mosaic on the VAE's 16/32-px latent grid "
+        "(ComfyUI#15805) and a picture repeated as a 2x2/3x3/4x4 grid of tiles (ComfyUI#15548). Fades are fine: the "
+        "guard fires when more than max_solid_fraction of the frames are solid; the pattern checks measure up to "
+        f"{fk.PATTERN_SAMPLE_FRAMES} frames spread over the clip and the report gives each statistic and threshold. "
+        "Passes the frames through."
     )
     FUNCTION = "execute"
     RETURN_TYPES = ("IMAGE", "STRING")
@@ -540,8 +556,28 @@ class H3KitFrameGuard:
             problems.append((f"{len(scan.solid_frames)} of {scan.frames} frames are {kind} ({solid_share:.0%} > "
                              f"max_solid_fraction {max_solid_fraction:g})",
                              FIX_SOLID))
+        problems.extend(_pattern_problems(report, fk.pattern_checks(images)))
         _raise_or_warn(report, mode, "images", f"{list(images.shape)}", problems)
         return (images, report.json())
+
+
+def _pattern_problems(report: Report, checks: list[fk.PatternCheck]) -> list[tuple[str, str]]:
+    """Each pattern check in the report (statistic, value, threshold); a failed one as a problem with its fix."""
+    problems = []
+    for check in checks:
+        report.set(**{check.name: check.as_dict()})
+        if not check.failed:
+            continue
+        sampled = f"median of {check.frames_measured} sampled frames"
+        if check.name == "block_mosaic":
+            problems.append((f"the frames are a {check.grid}x{check.grid}-pixel block mosaic: steps on the block edges "
+                             f"are {check.value:.1f}x the frame's typical step ({sampled}; fails above "
+                             f"{check.threshold:g})", FIX_MOSAIC))
+        else:
+            problems.append((f"each frame repeats itself as a {check.grid}x{check.grid} grid of tiles: moved one tile "
+                             f"over it differs by {check.value:.2f} of its spread ({sampled}; fails below "
+                             f"{check.threshold:g})", FIX_TILES))
+    return problems
 
 
 NODES = [H3KitDraftToLTX, H3KitRefineSetup, H3KitLatentGuard, H3KitFrameGuard]

@@ -3,8 +3,9 @@
 H3KitComputeDtype sets the compute dtype of one MODEL through the host's `set_model_compute_dtype`
 and reports what the model will actually compute in; for MiniMax-H3 on a GPU without bf16, auto installs
 adapters/turing.H3Fp16Sublayer on every block's attention and feed-forward instead (fp32 residual stream). H3KitSageAttention installs
-`transformer_options["optimized_attention_override"]` running kernels/sage_turing.py; calls it cannot
-serve go to ComfyUI's own attention, counted. The counts exist only at sampling time, after this node
+`transformer_options["optimized_attention_override"]` running kernels/sage_turing.py, and passes it to the H3 token
+refiner / LTX text connectors, which the host calls without it (nodes/attention_sites.py); calls it cannot
+serve go to ComfyUI's own attention, counted per site. The counts exist only at sampling time, after this node
 has produced its report, so a per-sampling summary line is logged by an OUTER_SAMPLE wrapper.
 Both nodes add the F10 warning when an int8-convrot LTX model is about to run on sm_7x.
 """
@@ -28,10 +29,11 @@ from ..adapters.turing import (
     int8_convrot_refine_warning,
 )
 from ..kernels import sage_turing
+from . import attention_sites
+from .attention_sites import OVERRIDE_KEY
 from .common import H3KitInputError, Report, category, install_sampling_summary
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-OVERRIDE_KEY = "optimized_attention_override"
 WRAPPER_KEY = "h3kit_sage_attention"
 SAGE_CONFIGS = ("auto", "turing-safe", "package-default")
 
@@ -196,6 +198,8 @@ class SageAttentionOverride:
         self.calls = 0
         self.sage_calls = 0
         self.fallbacks: Counter[str] = Counter()
+        self.sites: Counter[str] = Counter()
+        self.reach: attention_sites.Reach | None = None  # which text-side sites the node made this override reach
         self.failed_keys: dict[tuple[Any, ...], str] = {}
         self.configs_used: set[str] = set()
 
@@ -229,6 +233,7 @@ class SageAttentionOverride:
                  **kwargs: Any) -> torch.Tensor:
         with self.lock:
             self.calls += 1
+            self.sites[attention_sites.call_site(q, k, kwargs)] += 1
         passthrough = dict(mask=mask, skip_reshape=skip_reshape, skip_output_reshape=skip_output_reshape, **kwargs)
         try:
             qh, kh, vh, batch, head_dim = _to_hnd(q, k, v, heads, skip_reshape)
@@ -259,6 +264,7 @@ class SageAttentionOverride:
         with self.lock:
             self.calls, self.sage_calls = 0, 0
             self.fallbacks.clear()
+            self.sites.clear()
             self.configs_used.clear()
 
     def summary(self) -> str:
@@ -268,6 +274,7 @@ class SageAttentionOverride:
                     f"{sum(self.fallbacks.values())} fell back to ComfyUI attention")
             if self.fallbacks:
                 text += ": " + "; ".join(f"{n}x {reason}" for reason, n in self.fallbacks.most_common())
+            text += f"; by site: {attention_sites.site_summary(self.sites, self.reach)}"
         return text
 
     def sampling_wrapper(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -297,9 +304,11 @@ class H3KitSageAttention:
     DISPLAY_NAME = "H3Kit SageAttention (Turing-safe)"
     CATEGORY = category("Turing")
     DESCRIPTION = ("Runs attention through SageAttention 1.0.6's int8 Triton kernels with a launch that fits "
-                   "Turing's 64 KiB shared memory (no site-packages edits). Calls the kernels cannot serve "
-                   "(masks, other head sizes, CPU) use ComfyUI's attention; a count of both is logged after "
-                   "each sampling.")
+                   "Turing's 64 KiB shared memory (no site-packages edits). Reaches the diffusion blocks and, "
+                   "through a patch of their attention modules, the H3 token refiner and LTX text connectors "
+                   "(ComfyUI calls those without the hook; the report's coverage lists each site). Calls the kernels "
+                   "cannot serve (masks, other head sizes, CPU) use ComfyUI's attention; a count of both, per site, "
+                   "is logged after each sampling.")
     FUNCTION = "patch"
     RETURN_TYPES = ("MODEL", "STRING")
     RETURN_NAMES = ("model", "report")
@@ -345,10 +354,11 @@ class H3KitSageAttention:
         override = SageAttentionOverride(config, previous)
         transformer_options[OVERRIDE_KEY] = override
         install_sampling_summary(patched, WRAPPER_KEY, override.sampling_wrapper, report)
+        attention_sites.reach_and_report(patched, override, report)
         head_dim_plan = {hd: _describe_config(override, capability, hd) for hd in sage_turing.SUPPORTED_HEAD_DIMS}
         report.set(sageattention=versions[0], triton=versions[1], launch=head_dim_plan,
                    counts="logged after each sampling: look for 'H3KitSageAttention: sampling done' in the "
-                          "ComfyUI console (calls on SageAttention, fallbacks and their reasons)")
+                          "ComfyUI console (calls on SageAttention, fallbacks and their reasons, calls per site)")
         return patched, report.json()
 
 

@@ -216,7 +216,7 @@ def _started(args: argparse.Namespace, with_pack: bool):
     sys.path.insert(0, str(TESTS_DIR))
     from comfyui_host import ComfyUIServer, FrontendHost
 
-    host = FrontendHost(0, Path(args.host).resolve(), args.python, "main", front_end_root=args.front_end_root)
+    host = FrontendHost(0, Path(args.host).resolve(), args.python, args.launch, front_end_root=args.front_end_root)
     server = ComfyUIServer(host, with_pack=with_pack)
     server.start()
     server.post("/api/settings/Comfy.TutorialCompleted", True)
@@ -301,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd.add_argument("--python", required=True, help="the Python that runs that host")
         cmd.add_argument("--label", required=True, help="the host's name in the manifest, e.g. '0.33.0 (kat3ri@0f1fa67a)'")
         cmd.add_argument("--front-end-root", help="a frontend's static/ folder (default: the host's own)")
+        cmd.add_argument("--launch", choices=("main", "console"), default="main",
+                         help="console: the installable layout (python -m comfy.cmd.main), as H3KIT_HOST_LAUNCH_<n>")
     sub.choices["convert"].add_argument("--templates", action="append", required=True, metavar="VERSION=DIR",
                                         help="a templates folder of comfyui-workflow-templates-json VERSION (repeatable)")
     sub.choices["convert"].add_argument("--fresh", action="store_true", help="start a new manifest")

@@ -139,4 +139,12 @@ MUTANTS: list[Mutant] = [
            'LEGACY_SCHEDULES = {"nvidia_official": "ltx2_0_distilled_stage2"}',
            'LEGACY_SCHEDULES = {"nvidia_official": "ltx2_5_stage2"}', ("tests/test_f23_refine_scope.py",
                                                                      "tests/test_pipeline.py")),
+    # ------------------------------------------------------------------ issue 30: override reach, picture patterns
+    Mutant("M36", "the text-side attention patch tags the site but never passes the override", "nodes/attention_sites.py",
+           "        options.setdefault(OVERRIDE_KEY, self.override)  # a call that has the sampler's options keeps its "
+           "override\n", "", ("tests/test_attention_sites.py",)),
+    Mutant("M37", "mosaic check satisfied by grid steps in one direction (stripes)", "kernels/frames.py",
+           "        ratio = min(across, down)", "        ratio = max(across, down)", ("tests/test_frame_patterns.py",)),
+    Mutant("M38", "tile check satisfied by a repeat in one direction (a split screen)", "kernels/frames.py",
+           "        error = max(min(", "        error = min(min(", ("tests/test_frame_patterns.py",)),
 ]
