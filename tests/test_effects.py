@@ -14,6 +14,7 @@ import pytest
 import torch
 from h3_standins import KEY, StandInMiniMaxH3Tokenizer, h3_clip, hash_ids
 from h3kit.checks.rules_lints import lint_effect_markers_reach_the_encoder
+from h3kit.nodes import effect_tokens as et
 from h3kit.nodes import effects as fx
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.effect_tokens import EffectTokenizer
@@ -452,8 +453,7 @@ def test_strength_without_clip_is_refused(effects):
 
 @pytest.mark.parametrize(("parses", "outcome"), [(False, "error"), (True, "checked")])
 def test_f15_without_clip_the_hosts_own_tokenizer_is_asked(effects, emb_dir, monkeypatch, parses, outcome):
-    monkeypatch.setattr(fx, "host_loaded", lambda name="folder_paths": name == fx.H3_TOKENIZER_MODULE)
-    monkeypatch.setattr(fx, "_host_h3_tokenizer", lambda folders: StandInMiniMaxH3Tokenizer(
+    monkeypatch.setattr(et, "served_h3_tokenizer", lambda folders: StandInMiniMaxH3Tokenizer(
         list(folders), parse_markers=parses))
     if outcome == "error":
         with pytest.raises(H3KitInputError, match="reads embedding: markers as plain text") as err:
@@ -528,8 +528,7 @@ def test_a_host_tokenizer_that_cannot_be_asked_is_a_visible_fallback(effects, mo
     def broken(folders):
         raise OSError("qwen25_tokenizer/vocab.json missing")
 
-    monkeypatch.setattr(fx, "host_loaded", lambda name="folder_paths": name == fx.H3_TOKENIZER_MODULE)
-    monkeypatch.setattr(fx, "_host_h3_tokenizer", broken)
+    monkeypatch.setattr(et, "served_h3_tokenizer", broken)
     _, report, _ = prompt_node()
     assert report["markers_resolved_by"] == "not checked"
     assert any("OSError" in f and "vocab.json" in f for f in report["fallbacks"])
