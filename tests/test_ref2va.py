@@ -733,7 +733,15 @@ def test_prompt_node_runs_on_the_real_server(comfyui_server):
     assert entry["status"]["status_str"] == "success"
     prompt = entry["outputs"]["2"]["text"][0]
     assert prompt.startswith("subject_definitions:\n<Subject 1>") and "[Shot 3] 6-10s" in prompt
-    assert json.loads(entry["outputs"]["3"]["text"][0])["problems"] == 0
+    report = json.loads(entry["outputs"]["3"]["text"][0])
+    assert report["problems"] == 0
+    if comfyui_server.has(NATIVE_H3):  # issue 30 row 6: no clip, so the node asks this server's own H3 tokenizer
+        dialogue = report["dialogue_tokens"]
+        if dialogue.startswith("split by this ComfyUI's MiniMax-H3 tokenizer (<d> -> ["):
+            (warning,) = report["warnings"]
+            assert "#15808" in warning and "H3KitRef2VAPrompt's 'clip' input" in warning
+        else:
+            assert dialogue.startswith("this ComfyUI's MiniMax-H3 tokenizer reads <d>, </d> as one token each")
 
     bad = copy.deepcopy(graph)
     bad["1"]["inputs"]["length"] = 240
