@@ -186,7 +186,6 @@ EFFECT_PROMPT = "H3KitEffectPrompt"
 REF2VA_PROMPT = "H3KitRef2VAPrompt"
 H3_PROMPT_NODES = ("MiniMaxH3ImageToVideo", "MiniMaxH3ReferenceToVideo")
 PREPARED_CLIP_OUTPUT = 2  # the CLIP output of H3KitEffectPrompt and H3KitRef2VAPrompt (prompt, report, clip)
-EFFECT_PROMPT_CLIP_OUTPUT = PREPARED_CLIP_OUTPUT  # H3KitEffectPrompt's: markers resolved, strength applied
 MAX_PROMPT_HOPS = 8  # prompt nodes followed back from an encoder (a prompt node feeding another)
 FIX_EFFECT_CLIP = (f"connect the text encoder (CLIPLoader) to {EFFECT_PROMPT}'s 'clip' input and its 'clip' output "
                    "to this node's 'clip'")

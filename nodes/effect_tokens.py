@@ -283,7 +283,8 @@ FIX_DIALOGUE_CLIP = ("connect the text encoder (CLIPLoader) to this node's 'clip
                      "MiniMax-H3 node's 'clip' (MiniMaxH3ReferenceToVideo / MiniMaxH3ImageToVideo)")
 
 
-def prepare_dialogue(node: str, clip_tokenizer: Any, text: str, report: Report) -> Any:
+def prepare_dialogue(node: str, clip_tokenizer: Any, text: str, report: Report,
+                     fixed_by: str = "this node's clip output") -> Any:
     """The tokenizer to hand on for `text`: the host's, or its copy that reads H3's dialogue tokens as upstream
     (#15808) where the host splits them. The report says which, with the host's ids; nothing is silent."""
     tokens = h3_prompt.dialogue_tokens_in(text)
@@ -307,8 +308,8 @@ def prepare_dialogue(node: str, clip_tokenizer: Any, text: str, report: Report) 
     if not check.native:
         raise H3KitInputError(node, "clip", check.describe(tokens), "H3Kit's copy of the tokenizer still splits the "
                               "dialogue tokens", FIX_ENCODER)
-    report.set(dialogue_tokens=f"fixed by this node's clip output: this host's tokenizer splits them into BPE pieces "
-               f"({found.describe(tokens)}); the clip output maps {', '.join(tokens)} to "
+    report.set(dialogue_tokens=f"fixed by {fixed_by}: this host's tokenizer splits them into BPE pieces "
+               f"({found.describe(tokens)}); H3Kit's copy of it maps {', '.join(tokens)} to "
                f"{', '.join(str(DIALOGUE[t]) for t in tokens)} as upstream {UPSTREAM_DIALOGUE}")
     return prepared
 

@@ -1,11 +1,14 @@
 """Effect embeddings for MiniMax-H3: put `embedding:<name>` where it takes effect, and prove the rows went in.
 
-H3KitEffectPrompt   prompt text (+ CLIP) -> prompt with `embedding:<name>` markers placed mid-sentence (never the
-                    first token, F15), after checking every effect file: it exists in an embeddings folder, holds
+H3KitEffectPrompt   prompt text (+ CLIP) -> prompt with `embedding:<name>` markers at the start of the first shot's
+                    description (checks/h3_prompt.py: every prompt form of the pack and the official templates; never
+                    the first token, F15), after checking every effect file: it exists in an embeddings folder, holds
                     one 2-D [N, 5120] tensor (the Qwen3-VL-32B token width) and is not truncated; and a copy of the
                     CLIP whose tokenizer resolves the markers (effect_tokens.py), cross-checked against the rows the
-                    encoder's own embedding loader reads. Without a CLIP it checks that this ComfyUI's MiniMax-H3
-                    tokenizer parses markers at all, and stops where it would read them as text.
+                    encoder's own embedding loader reads (and that reads H3's dialogue tokens as upstream where the
+                    host splits them). Without a CLIP it checks that this ComfyUI's MiniMax-H3 tokenizer parses
+                    markers at all, and stops where it would read them as text. An encoder that bypasses the CLIP
+                    output is judged by what this host's tokenizer does (asked, never read from a version).
 H3KitEffectSplice   CLIP + prompt + effect -> CONDITIONING with the N rows spliced into the token list at the chosen
                     position, verified against what others produced: the encoder's output positions and width,
                     and the encoder's own embedding loader reading the same rows for `embedding:<name>`.
@@ -455,11 +458,13 @@ class H3KitEffectPrompt:
     CATEGORY = CATEGORY
     DESCRIPTION = (
         "Adds MiniMax-H3 effect embeddings (models/embeddings, [N, 5120]) to a prompt as embedding:<name> markers, "
-        "mid-sentence where they take effect (never as the first token, F15), after checking each file: present, "
-        "2-D, 5120 wide, complete. Connect the text encoder to 'clip' and feed both outputs, prompt and clip, to "
-        "MiniMaxH3ImageToVideo: the clip output resolves every marker to its rows (x strength) through the encoder's "
-        "own embedding loader, also where the host's MiniMax-H3 tokenizer reads markers as plain text (ComfyUI "
-        "0.33.0); a marker it cannot load stops the run instead of becoming text."
+        "at the start of the first shot's description where they take effect ([Shot 1], SHOT 1:, CUT 1:, [0s-2s]; in a "
+        "Ref2VA prompt inside detailed_description; never as the first token, F15), after checking each file: "
+        "present, 2-D, 5120 wide, complete. Connect the text encoder to 'clip' and feed both outputs, prompt and clip, "
+        "to MiniMaxH3ImageToVideo: the clip output resolves every marker to its rows (x strength) through the "
+        "encoder's own embedding loader on every host, also where the host's MiniMax-H3 tokenizer reads markers as "
+        "plain text (ComfyUI 0.33.0), and reads dialogue <d> </d> as one token each; a marker it cannot load stops "
+        "the run instead of becoming text."
     )
     FUNCTION = "execute"
     RETURN_TYPES = ("STRING", "STRING", "CLIP")
@@ -666,6 +671,22 @@ def host_reads_markers_as_text(node: str, marker: str, report: Report) -> bool |
         return None
 
 
+def _with_dialogue(node: str, clip: Any, prompt: str, report: Report) -> Any:
+    """The clip whose tokenizer reads the prompt's dialogue tokens as upstream (#15808) does: a clone where this host
+    splits them (effect_tokens.prepare_dialogue; the report says which), else the clip itself."""
+    if not h3_prompt.dialogue_tokens_in(prompt):
+        report.set(dialogue_tokens="none in the prompt")
+        return clip
+    if not callable(getattr(clip, "clone", None)) or getattr(clip, "tokenizer", None) is None:
+        raise _contract_error(node, f"{type(clip).__name__} without tokenizer/clone")
+    tokenizer = effect_tokens.prepare_dialogue(node, clip.tokenizer, prompt, report, "this node's encoding")
+    if tokenizer is clip.tokenizer:
+        return clip
+    clone = clip.clone()
+    clone.tokenizer = tokenizer
+    return clone
+
+
 # ============================================================================== H3KitEffectSplice
 @dataclass
 class TokenStream:
@@ -805,6 +826,7 @@ class H3KitEffectSplice:
             report.warn("strength 0 splices zero rows: the effect is neutralised")
 
         cut = insertion_cut(prompt, position, report)
+        clip = _with_dialogue(node, clip, prompt, report)
         base = token_stream(node, clip, prompt)
         declared = _declared_width(clip, base.key)
         if declared is not None and declared != H3_WIDTH:

@@ -213,3 +213,22 @@ def test_dialogue_typed_or_passed_through_reaches_the_lint(through):
         graph[encoder_id]["inputs"].update(prompt=LINE, clip=["3", 0])
     (problem,) = lint_dialogue_tokens_reach_the_encoder(graph, {})
     assert problem.node_id == encoder_id and problem.severity == "warning"
+
+
+@pytest.mark.parametrize("dialogue", [False, True])
+def test_the_splice_node_encodes_dialogue_as_upstream(tmp_path, monkeypatch, dialogue):
+    import torch
+    from h3kit.nodes.effects import H3KitEffectSplice
+
+    folder = tmp_path / "embeddings"
+    folder.mkdir()
+    save_file({"qwen3vl_32b": torch.randn(3, 5120)}, str(folder / "fx_b.safetensors"))
+    monkeypatch.setenv("H3KIT_EMBEDDINGS_DIR", str(folder))
+    clip = h3_clip(folder, dialogue=dialogue)
+    prompt = "integrated_multimodal_description: [Shot 1] A man waves. " + LINE
+    _, report = H3KitEffectSplice().execute(clip, prompt, "fx_b.safetensors")
+    (batch,) = clip.cond_stage_model.encoded
+    ints = [entry[0] for entry in batch if isinstance(entry[0], int)]
+    assert ints.count(151669) == 1 and ints.count(151670) == 1
+    assert json.loads(report)["dialogue_tokens"].startswith(
+        "the text encoder's tokenizer reads" if dialogue else "fixed by this node's encoding")
