@@ -92,6 +92,12 @@ H3_REF_FILES_MAX = 12
 
 # ------------------------------------------------------------------------------------- text embeddings
 H3_EMBEDDING_WIDTH = 5120  # Qwen3-VL-32B hidden width = MiniMax-H3 text_dim (host-api.md §1, §4)
+# MiniMax-H3's seven special tokens that its tokenizer_config.json declares but the Qwen vocabulary lacks: HF numbers
+# them in this order after the last added token (151668), so the order is the ids. Upstream ComfyUI adds them in
+# Comfy-Org/ComfyUI#15808 (2026-08-22; host-api.md §4); ComfyUI 0.33.0 and yzkee @783545f6 split them into BPE pieces.
+# Checked in tier (b): the host's own Qwen tokenizer given these as special tokens assigns exactly these ids.
+H3_DIALOGUE_TOKENS = {"<d>": 151669, "</d>": 151670, "<|cutoff|>": 151671, "<|lyrics_start|>": 151672,
+                      "<|lyrics_end|>": 151673, "<|caption_start|>": 151674, "<|caption_end|>": 151675}
 
 # ------------------------------------------------------------------------------------------- versions
 MIN_COMFYUI = (0, 34, 0)  # the ComfyUI of the field report's correct stack; it imports only with MIN_KITCHEN (X07)

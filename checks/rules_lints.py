@@ -1,7 +1,9 @@
 """Workflow lints for traps that pass ComfyUI's own validation and then fail silently.
 
 Each lint is `(graph, schemas) -> list[Problem]` and names its failure-catalogue entry (F15, F16, F19,
-F20, F23, F27). `GRAPH_LINTS` are pure graph checks, registered in checks.rules.RULES so `validate`,
+F20, F23, F27). What depends on the host's capabilities (does its MiniMax-H3 tokenizer parse embedding: markers,
+does it know H3's dialogue tokens) is a warning that names both cases: offline nothing says which host will run the
+graph; the nodes ask the host's tokenizer when they run and act on the answer. `GRAPH_LINTS` are pure graph checks, registered in checks.rules.RULES so `validate`,
 `doctor` and H3KitPreflight all run them. The file checks (F13/F14 headers) are in rules_files.py.
 """
 
@@ -20,9 +22,11 @@ from .graph import (
     is_link,
     model_upstream,
     nodes_of,
+    resolve,
     resolved,
     source_node,
 )
+from .h3_prompt import dialogue_tokens_in, first_shot_description
 from .problem import WARNING, Problem
 from .refine_source import picture_source
 from .rules_pipeline import H3_LATENT_NODES
@@ -157,9 +161,17 @@ def lint_spectrum_warmup(graph: dict, schemas: dict) -> list[Problem]:
     return problems
 
 
-# --- prompts (F15) ------------------------------------------------------------------------------
+# --- prompts (F15, effect markers and dialogue tokens) ---------------------------------------------
 
 EMBEDDING_MARKER = "embedding:"
+
+
+def _fix_position(value: str) -> str:
+    """Where the marker belongs in this prompt: the start of the first shot's description (checks/h3_prompt.py)."""
+    shot = first_shot_description(value)
+    if shot is None:
+        return "move it mid-sentence, after the first shot heading ('integrated_multimodal_description: [Shot 1]')"
+    return f"move it to the start of the first shot's description, after '{value[max(shot.start - 40, 0):shot.start]}'"
 
 
 def lint_effect_marker_position(graph: dict, schemas: dict) -> list[Problem]:
@@ -176,7 +188,7 @@ def lint_effect_marker_position(graph: dict, schemas: dict) -> list[Problem]:
                 problems.append(Problem(
                     str(nid), ct, name, value[:60],
                     "F15: the effect embedding marker is at the start of the prompt, where it measurably has no effect",
-                    "move it mid-sentence, after 'integrated_multimodal_description: [Shot 1]'", severity="warning"))
+                    _fix_position(value.lstrip().split(None, 1)[-1]), severity="warning"))
             for match in re.finditer(re.escape(EMBEDDING_MARKER), value):
                 before = value[match.start() - 1] if match.start() else ""
                 if before and not before.isspace():
@@ -189,12 +201,23 @@ def lint_effect_marker_position(graph: dict, schemas: dict) -> list[Problem]:
 
 
 EFFECT_PROMPT = "H3KitEffectPrompt"
+REF2VA_PROMPT = "H3KitRef2VAPrompt"
 H3_PROMPT_NODES = ("MiniMaxH3ImageToVideo", "MiniMaxH3ReferenceToVideo")
-EFFECT_PROMPT_CLIP_OUTPUT = 2  # H3KitEffectPrompt's CLIP output: the encoder whose tokenizer resolves the markers
+PREPARED_CLIP_OUTPUT = 2  # the CLIP output of H3KitEffectPrompt and H3KitRef2VAPrompt (prompt, report, clip)
+MAX_PROMPT_HOPS = 8  # prompt nodes followed back from an encoder (a prompt node feeding another)
 FIX_EFFECT_CLIP = (f"connect the text encoder (CLIPLoader) to {EFFECT_PROMPT}'s 'clip' input and its 'clip' output "
                    "to this node's 'clip'")
-WHY_LITERAL = ("ComfyUI 0.33.0's MiniMax-H3 tokenizer reads embedding: markers as plain text, so the effect silently "
-               "does nothing there")
+# Capability, never a version: which hosts parse embedding: markers in the MiniMax-H3 tokenizer.
+MARKER_HOSTS = ("a host whose MiniMax-H3 tokenizer parses embedding: markers (Comfy-Org/ComfyUI#15697, merged "
+                "2026-08-18) loads the rows; on one without it (ComfyUI 0.33.0 as released) the marker is plain text "
+                "and the effect silently does nothing")
+MARKERS_AS_TEXT = ("this ComfyUI's MiniMax-H3 tokenizer reads embedding: markers as plain text (asked when the node "
+                   "ran), so the effect would silently do nothing")
+DIALOGUE_HOSTS = ("a host whose MiniMax-H3 tokenizer knows H3's dialogue tokens (Comfy-Org/ComfyUI#15808, merged "
+                  "2026-08-22) reads <d> and </d> as one token each; one without it (ComfyUI 0.33.0, yzkee "
+                  "@783545f6) splits them into ordinary BPE pieces merged with '[' and '.', so dialogue / lip-sync "
+                  "conditioning is weaker")
+OFFLINE = "this check cannot see which host will run the graph"
 
 
 def _links_to(graph: dict, node_id: str, output: int) -> list[tuple[str, dict]]:
@@ -203,41 +226,68 @@ def _links_to(graph: dict, node_id: str, output: int) -> list[tuple[str, dict]]:
             and any(is_link(v) and str(v[0]) == node_id and v[1] == output for v in inputs_of(consumer).values())]
 
 
-def effect_prompt_wiring(graph: dict, node_id: str) -> list[Problem]:
-    """F15 family: the prompt of H3KitEffectPrompt `node_id` must be encoded by the CLIP it hands out, or its markers
-    meet a tokenizer H3Kit did not prepare (plain text on ComfyUI 0.33.0, and `strength` is not applied)."""
+def prompt_encoders(graph: dict, node_id: str) -> list[tuple[str, dict, bool]]:
+    """(id, node, takes our clip output) for every node that takes prompt node `node_id`'s prompt and a clip:
+    the encoders (PreviewAny, string nodes and malformed links are left to their own checks)."""
+    found = []
+    for cid, consumer in _links_to(graph, node_id, 0):
+        clip = inputs_of(consumer).get("clip")
+        if is_link(clip):
+            found.append((cid, consumer, str(clip[0]) == node_id and clip[1] == PREPARED_CLIP_OUTPUT))
+    return found
+
+
+def _strength(graph: dict, node: dict) -> Any:
+    return resolved(graph, node, "strength", 1.0)
+
+
+def effect_prompt_wiring(graph: dict, node_id: str, host_parses_markers: bool | None = None) -> list[Problem]:
+    """F15 family: the prompt of H3KitEffectPrompt `node_id` must reach an encoder that reads its markers.
+
+    Its clip output always does (markers resolved, strength applied). An encoder with another clip depends on the
+    host: `host_parses_markers` None (offline: `validate`, `doctor`, the preflight) gives a warning that names both
+    cases; False (the node asked this ComfyUI's tokenizer: markers are text) an error; True (they are parsed) nothing,
+    unless a strength other than 1.0 would be lost. The clip output used without a clip input is an error anywhere."""
     node = graph.get(node_id)
     if not isinstance(node, dict):
         return []
     has_clip = is_link(inputs_of(node).get("clip"))
-    users = _links_to(graph, node_id, EFFECT_PROMPT_CLIP_OUTPUT)
-    problems = [Problem(cid, consumer.get("class_type", "?"), "clip", [node_id, EFFECT_PROMPT_CLIP_OUTPUT],
+    users = _links_to(graph, node_id, PREPARED_CLIP_OUTPUT)
+    problems = [Problem(cid, consumer.get("class_type", "?"), "clip", [node_id, PREPARED_CLIP_OUTPUT],
                         f"takes {EFFECT_PROMPT}'s clip output (node {node_id}), but that node has no text encoder on "
                         "its 'clip' input, so the output is empty", f"connect the text encoder (CLIPLoader) to node "
                         f"{node_id}'s 'clip' input") for cid, consumer in users if not has_clip]
-    if not _adds_markers(node):
+    if not _adds_markers(node) or host_parses_markers is True and _strength(graph, node) in (1, 1.0, UNKNOWN):
         return problems
-    for cid, consumer in _links_to(graph, node_id, 0):
-        clip = inputs_of(consumer).get("clip")
-        if not is_link(clip):
-            continue  # not an encoder (PreviewAny, a string node), or a malformed link the schema check reports
-        ours = str(clip[0]) == node_id and clip[1] == EFFECT_PROMPT_CLIP_OUTPUT
+    for cid, consumer, ours in prompt_encoders(graph, node_id):
         if ours:
             continue
-        ct = consumer.get("class_type", "?")
-        if has_clip:
-            problems.append(Problem(
-                cid, ct, "clip", clip,
-                f"takes its prompt from {EFFECT_PROMPT} (node {node_id}) but its clip from node {clip[0]}, not from "
-                f"{EFFECT_PROMPT}'s clip output: the markers reach a tokenizer H3Kit did not prepare ({WHY_LITERAL}) "
-                "and the effect strength is not applied",
-                f"connect node {node_id}'s 'clip' output to this node's 'clip'"))
-        else:
-            problems.append(Problem(
-                node_id, EFFECT_PROMPT, "clip", None,
-                f"no text encoder connected, so node {cid} ({ct}) encodes the markers with its own tokenizer; "
-                f"{WHY_LITERAL} (the node stops with an error on such a host)", FIX_EFFECT_CLIP, severity="warning"))
+        problems.append(_bypass_problem(graph, node_id, node, cid, consumer, has_clip, host_parses_markers))
     return problems
+
+
+def _bypass_problem(graph: dict, node_id: str, node: dict, cid: str, consumer: dict, has_clip: bool,
+                    host_parses_markers: bool | None) -> Problem:
+    ct, clip = consumer.get("class_type", "?"), inputs_of(consumer).get("clip")
+    if host_parses_markers is True:  # parsed here, but the strength is applied only by the clip output
+        return Problem(cid, ct, "clip", clip, f"takes its prompt from {EFFECT_PROMPT} (node {node_id}) but its clip "
+                       f"from node {clip[0]}: this host parses the markers itself, at strength 1.0, so node "
+                       f"{node_id}'s strength {_strength(graph, node)} would be lost",
+                       f"connect node {node_id}'s 'clip' output to this node's 'clip', or set strength to 1.0")
+    if has_clip:
+        why = (MARKERS_AS_TEXT if host_parses_markers is False
+               else f"{MARKER_HOSTS}; {OFFLINE}, {EFFECT_PROMPT} asks the host's tokenizer when it runs")
+        return Problem(cid, ct, "clip", clip,
+                       f"takes its prompt from {EFFECT_PROMPT} (node {node_id}) but its clip from node {clip[0]}, not "
+                       f"from {EFFECT_PROMPT}'s clip output: {why}; the effect strength is applied only by that output",
+                       f"connect node {node_id}'s 'clip' output to this node's 'clip' (works on every host)",
+                       severity="error" if host_parses_markers is False else "warning")
+    why = (MARKERS_AS_TEXT if host_parses_markers is False
+           else f"{MARKER_HOSTS}; {OFFLINE}, {EFFECT_PROMPT} asks the host's tokenizer when it runs")
+    return Problem(node_id, EFFECT_PROMPT, "clip", None,
+                   f"no text encoder connected, so node {cid} ({ct}) encodes the markers with its own tokenizer: {why}",
+                   FIX_EFFECT_CLIP + " (works on every host)",
+                   severity="error" if host_parses_markers is False else "warning")
 
 
 def _adds_markers(node: dict) -> bool:
@@ -248,19 +298,42 @@ def _adds_markers(node: dict) -> bool:
     return chosen or not isinstance(prompt, str) or EMBEDDING_MARKER in prompt
 
 
+def prompt_text(graph: dict, node: dict, through: tuple[str, ...]) -> str:
+    """The literal text that reaches `node`'s 'prompt' input: typed, through Primitive nodes, or composed by a prompt
+    node of `through` from its own text inputs (followed at most MAX_PROMPT_HOPS deep); '' when computed."""
+    for _ in range(MAX_PROMPT_HOPS):
+        value = inputs_of(node).get("prompt")
+        literal = resolve(graph, value)
+        if isinstance(literal, str):
+            return literal
+        source = graph.get(str(value[0])) if is_link(value) and value[1] == 0 else None
+        kind = source.get("class_type") if isinstance(source, dict) else None
+        if kind not in through:
+            return ""
+        if kind == REF2VA_PROMPT:
+            texts = (resolve(graph, v) for v in inputs_of(source).values())
+            return "\n".join(text for text in texts if isinstance(text, str))
+        node = source
+    return ""
+
+
+def _prepared_by(graph: dict, clip: Any, kinds: tuple[str, ...]) -> bool:
+    return is_link(clip) and clip[1] == PREPARED_CLIP_OUTPUT and class_of(graph, str(clip[0])) in kinds
+
+
 def _typed_markers(graph: dict) -> list[Problem]:
-    """Markers typed straight into an H3 encoding node whose clip H3Kit did not prepare."""
+    """Markers typed into an H3 encoding node's prompt (or a Primitive feeding it) whose clip H3Kit did not prepare:
+    whether they work depends on the host (a warning naming both cases)."""
     problems = []
     for nid, node in nodes_of(graph, *H3_PROMPT_NODES):
-        inputs = inputs_of(node)
-        prompt, clip = inputs.get("prompt"), inputs.get("clip")
-        prepared = is_link(clip) and class_of(graph, str(clip[0])) == EFFECT_PROMPT
-        if isinstance(prompt, str) and re.search(r"(?:^|\s)embedding:\S", prompt) and not prepared:
+        prompt = prompt_text(graph, node, through=())
+        if re.search(r"(?:^|\s)embedding:\S", prompt) and not _prepared_by(graph, inputs_of(node).get("clip"),
+                                                                          (EFFECT_PROMPT,)):
             problems.append(Problem(
                 nid, node["class_type"], "prompt", prompt[:60],
-                f"F15: an embedding: marker typed into the prompt; {WHY_LITERAL}",
-                f"write the prompt in {EFFECT_PROMPT} (choose the effect there) and feed this node its prompt and "
-                "clip outputs", severity="warning"))
+                f"F15: an embedding: marker typed into the prompt: {MARKER_HOSTS}; {OFFLINE}",
+                f"on a host with #15697 nothing is needed; to work on every host write the prompt in {EFFECT_PROMPT} "
+                "(choose the effect there) and feed this node its prompt and clip outputs", severity="warning"))
     return problems
 
 
@@ -268,6 +341,26 @@ def lint_effect_markers_reach_the_encoder(graph: dict, schemas: dict) -> list[Pr
     """F15 family: every H3KitEffectPrompt's markers are encoded through its CLIP output; typed markers are flagged."""
     return [p for nid, _ in nodes_of(graph, EFFECT_PROMPT) for p in effect_prompt_wiring(graph, nid)] + \
         _typed_markers(graph)
+
+
+def lint_dialogue_tokens_reach_the_encoder(graph: dict, schemas: dict) -> list[Problem]:
+    """Issue 30 row 6: H3's dialogue tokens (<d> ... </d>) in a prompt an H3 node encodes with a clip H3Kit did not
+    prepare: one token each on hosts with #15808, BPE pieces on the others (a warning naming both cases)."""
+    problems = []
+    for nid, node in nodes_of(graph, *H3_PROMPT_NODES):
+        clip = inputs_of(node).get("clip")
+        tokens = dialogue_tokens_in(prompt_text(graph, node, through=(EFFECT_PROMPT, REF2VA_PROMPT)))
+        if tokens and not _prepared_by(graph, clip, (EFFECT_PROMPT, REF2VA_PROMPT)):
+            source = inputs_of(node).get("prompt")
+            composer = (f"node {source[0]}'s" if is_link(source) and class_of(graph, str(source[0])) in
+                        (EFFECT_PROMPT, REF2VA_PROMPT) else f"an {REF2VA_PROMPT}'s or {EFFECT_PROMPT}'s")
+            problems.append(Problem(
+                nid, node["class_type"], "clip", clip,
+                f"the prompt holds {', '.join(tokens)}: {DIALOGUE_HOSTS}; {OFFLINE}",
+                f"feed this node's 'clip' from {composer} 'clip' output, with the text encoder on that node's 'clip' "
+                "input (it maps the tokens to H3's ids where the host splits them, and changes nothing where it "
+                "does not)", severity="warning"))
+    return problems
 
 
 # --- sampler / LoRA family (F27) ----------------------------------------------------------------
@@ -375,6 +468,7 @@ GRAPH_LINTS: list[Callable[[dict, dict], list[Problem]]] = [
     lint_spectrum_warmup,
     lint_effect_marker_position,
     lint_effect_markers_reach_the_encoder,
+    lint_dialogue_tokens_reach_the_encoder,
     lint_sampler_lora_family,
     lint_ltx_image_to_video_size,
     lint_lengths,

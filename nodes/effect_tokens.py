@@ -11,22 +11,40 @@ tokenizer itself (called with an empty prompt), the prompt piece by piece throug
 marker's rows scaled by `strength` once, in fp32 (the dtype the encoder splices in). A marker the inner tokenizer
 cannot load stops the encode with an error; it never becomes text. Nothing of the host is patched: H3KitEffectPrompt
 hands a clone of the CLIP with this tokenizer to the host's own nodes (MiniMaxH3ImageToVideo, CLIPTextEncode, ...).
+
+H3's dialogue tokens (`<d>`, `</d>` and five more, checks.facts.H3_DIALOGUE_TOKENS): upstream ComfyUI gives the inner
+SDTokenizer's Qwen tokenizer these seven special tokens (Comfy-Org/ComfyUI#15808), so each is one id; ComfyUI 0.33.0
+and yzkee @783545f6 split `<d>` into BPE pieces merged with its neighbours (` <`, `d`, `>[`). How the served tokenizer
+splits them is asked at run time (dialogue_capability), never read from a version. with_dialogue_tokens copies the
+host tokenizer and gives the copy's inner SDTokenizer a text tokenizer that cuts the text at the seven strings and
+maps each to its upstream id, the rest through the host's own Qwen tokenizer, segment by segment: what a Hugging
+Face tokenizer does with added special tokens, so the ids equal upstream's (checked on the real tokenizer in tier b).
+Every path of the host (its outer tokenizer, its inner one with embedding: markers, EffectTokenizer) then reads
+dialogue the upstream way; the host's own objects are never changed.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 from re import compile as regex
 from typing import Any
 
 import torch
 
-from ..checks import facts
-from .common import H3KitInputError
+from ..adapters.host import host_loaded, host_module
+from ..checks import facts, h3_prompt
+from .common import H3KitInputError, Report
 
 MARKER = "embedding:"
 MARKER_SPLIT = regex(r"(?<=\s)embedding:")  # the host's split (comfy/sd1_clip.py SDTokenizer.tokenize_with_weights)
 REFERENCE_KWARGS = ("images", "minimax_ref_items")  # what MiniMaxH3Tokenizer turns into labels + vision blocks
 FIX_ENCODER = "connect the MiniMax-H3 text encoder (CLIPLoader type 'minimax')"
+H3_TOKENIZER_MODULE = "comfy.text_encoders.minimax"  # the host's MiniMax-H3 tokenizer (ComfyUI >= 0.33.0)
+DIALOGUE = facts.H3_DIALOGUE_TOKENS
+UPSTREAM_DIALOGUE = "Comfy-Org/ComfyUI#15808"
 
 
 # ------------------------------------------------------------------------------------------- the host's parts
@@ -157,8 +175,171 @@ class EffectTokenizer:
         return scaled + batch[len(rows):]
 
 
-def with_effects(node: str, clip: Any, strength: float) -> Any:
-    """A clone of `clip` (the host's CLIP.clone: same model and patches) whose tokenizer resolves markers."""
+def with_effects(node: str, clip: Any, strength: float, tokenizer: Any = None) -> Any:
+    """A clone of `clip` (the host's CLIP.clone: same model and patches) whose tokenizer resolves markers, around
+    `tokenizer` (the clip's own, or its copy that reads dialogue tokens: prepare_dialogue)."""
     clone = clip.clone()
-    clone.tokenizer = EffectTokenizer(node, clip.tokenizer, strength)
+    clone.tokenizer = EffectTokenizer(node, clip.tokenizer if tokenizer is None else tokenizer, strength)
     return clone
+
+
+# ------------------------------------------------------------------------------------------- the host's own tokenizer
+@lru_cache(maxsize=8)
+def _host_h3_tokenizer(folders: tuple[str, ...]) -> Any:
+    return host_module(H3_TOKENIZER_MODULE).MiniMaxH3Tokenizer(embedding_directory=list(folders))
+
+
+def served_h3_tokenizer(folders: list[str]) -> Any | None:
+    """This ComfyUI's own MiniMax-H3 tokenizer (what CLIPLoader type 'minimax' builds, with `folders` as its embeddings
+    folders), or None outside ComfyUI or on a host without one. Built once per folder list (it reads the Qwen vocabulary)."""
+    if not host_loaded(H3_TOKENIZER_MODULE):
+        return None
+    return _host_h3_tokenizer(tuple(folders))
+
+
+# ------------------------------------------------------------------------------------------- dialogue tokens
+class DialogueIds:
+    """A host text tokenizer (SDTokenizer.tokenizer: text -> {"input_ids": [...]}) that also knows H3's seven special
+    tokens: the text is cut at each, which becomes its upstream id; every other segment goes through the host's own
+    tokenizer on its own, as a Hugging Face tokenizer treats added special tokens."""
+
+    def __init__(self, text_tokenizer: Callable[..., Any]):
+        self.base = text_tokenizer
+
+    def __getattr__(self, name: str) -> Any:
+        # decode, get_vocab, ...: the host's own
+        if name.startswith("__") or "base" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def __call__(self, text: str, *args: Any, **kwargs: Any) -> dict[str, list[int]]:
+        ids: list[int] = []
+        done = 0
+        for match in h3_prompt.DIALOGUE_TOKEN.finditer(text):
+            if match.start() > done:
+                ids += list(self.base(text[done:match.start()], *args, **kwargs)["input_ids"])
+            ids.append(DIALOGUE[match.group(0)])
+            done = match.end()
+        if done < len(text) or not ids:
+            ids += list(self.base(text[done:], *args, **kwargs)["input_ids"])
+        return {"input_ids": ids}
+
+
+def with_dialogue_tokens(node: str, tokenizer: Any) -> Any:
+    """A copy of the host's outer tokenizer whose inner SDTokenizer reads H3's dialogue tokens as upstream does (see the
+    module); the host's objects are untouched. An EffectTokenizer is unwrapped first (it wraps the copy instead)."""
+    host = host_tokenizer(tokenizer)
+    inner = inner_tokenizer(node, host)
+    if isinstance(getattr(inner, "tokenizer", None), DialogueIds):
+        return host
+    if not callable(getattr(inner, "tokenizer", None)):
+        raise H3KitInputError(node, "clip", type(inner).__name__, "the text encoder's tokenizer has no text "
+                              "tokenizer to teach H3's dialogue tokens", FIX_ENCODER)
+    outer, inner = copy.copy(host), copy.copy(inner)
+    inner.tokenizer = DialogueIds(inner.tokenizer)
+    if isinstance(getattr(inner, "inv_vocab", None), dict):  # untokenize() names every id
+        inner.inv_vocab = {**inner.inv_vocab, **{token_id: token for token, token_id in DIALOGUE.items()}}
+    setattr(outer, host.clip, inner)
+    return outer
+
+
+@dataclass(frozen=True)
+class DialogueCapability:
+    """How a tokenizer reads each of H3's dialogue tokens written alone: its ids, and the verdict."""
+    ids: dict[str, list[int]]
+
+    @property
+    def native(self) -> bool:  # every token is its upstream id, as with #15808
+        return all(self.ids[token] == [token_id] for token, token_id in DIALOGUE.items())
+
+    @property
+    def split(self) -> list[str]:  # the tokens it cuts into several pieces
+        return [token for token, ids in self.ids.items() if len(ids) > 1]
+
+    def describe(self, tokens: list[str]) -> str:
+        return ", ".join(f"{token} -> {self.ids[token]}" for token in tokens)
+
+
+def dialogue_capability(node: str, tokenizer: Any) -> DialogueCapability:
+    """Ask the served outer tokenizer (what MiniMaxH3ImageToVideo / ReferenceToVideo call) for each token's ids."""
+    key = token_key(host_tokenizer(tokenizer))
+    ids = {}
+    for token in DIALOGUE:
+        batch = single_batch(node, tokenizer.tokenize_with_weights(token).get(key), token)
+        ids[token] = [entry[0] for entry in batch]
+    return DialogueCapability(ids)
+
+
+def _taken_ids(node: str, tokenizer: Any) -> list[str]:
+    """Upstream dialogue ids the host's vocabulary already gives another token (then mapping them would be wrong)."""
+    vocab = getattr(inner_tokenizer(node, host_tokenizer(tokenizer)), "inv_vocab", None)
+    if not isinstance(vocab, dict):
+        return []
+    return [f"{token_id} is '{vocab[token_id]}'" for token, token_id in DIALOGUE.items()
+            if token_id in vocab and vocab[token_id] != token]
+
+
+FIX_DIALOGUE_CLIP = ("connect the text encoder (CLIPLoader) to this node's 'clip' input and its 'clip' output to the "
+                     "MiniMax-H3 node's 'clip' (MiniMaxH3ReferenceToVideo / MiniMaxH3ImageToVideo)")
+
+
+def prepare_dialogue(node: str, clip_tokenizer: Any, text: str, report: Report,
+                     fixed_by: str = "this node's clip output") -> Any:
+    """The tokenizer to hand on for `text`: the host's, or its copy that reads H3's dialogue tokens as upstream
+    (#15808) where the host splits them. The report says which, with the host's ids; nothing is silent."""
+    tokens = h3_prompt.dialogue_tokens_in(text)
+    if not tokens:
+        report.set(dialogue_tokens="none in the prompt")
+        return clip_tokenizer
+    found = dialogue_capability(node, clip_tokenizer)
+    if found.native:
+        report.set(dialogue_tokens=f"the text encoder's tokenizer reads {', '.join(tokens)} as one token each "
+                   f"({', '.join(str(DIALOGUE[t]) for t in tokens)}, as upstream {UPSTREAM_DIALOGUE})")
+        return clip_tokenizer
+    taken = _taken_ids(node, clip_tokenizer)
+    if taken or not found.split:
+        report.warn(f"this text encoder's tokenizer reads H3's dialogue tokens differently from upstream "
+                    f"{UPSTREAM_DIALOGUE} ({found.describe(tokens)}{'; ' + ', '.join(taken) if taken else ''}), so "
+                    "H3Kit cannot map them to H3's ids: dialogue / lip-sync conditioning may be weaker; use the "
+                    "MiniMax-H3 text encoder (CLIPLoader type 'minimax') of an up-to-date ComfyUI")
+        return clip_tokenizer
+    prepared = with_dialogue_tokens(node, clip_tokenizer)
+    check = dialogue_capability(node, prepared)
+    if not check.native:
+        raise H3KitInputError(node, "clip", check.describe(tokens), "H3Kit's copy of the tokenizer still splits the "
+                              "dialogue tokens", FIX_ENCODER)
+    report.set(dialogue_tokens=f"fixed by {fixed_by}: this host's tokenizer splits them into BPE pieces "
+               f"({found.describe(tokens)}); H3Kit's copy of it maps {', '.join(tokens)} to "
+               f"{', '.join(str(DIALOGUE[t]) for t in tokens)} as upstream {UPSTREAM_DIALOGUE}")
+    return prepared
+
+
+def report_served_dialogue(node: str, text: str, folders: list[str], report: Report, fix: str) -> bool | None:
+    """Without a clip: whether this ComfyUI's own MiniMax-H3 tokenizer reads the prompt's dialogue tokens as upstream
+    (True), splits them (False, a report warning naming `fix`), or cannot be asked (None, a visible fallback)."""
+    tokens = h3_prompt.dialogue_tokens_in(text)
+    if not tokens:
+        report.set(dialogue_tokens="none in the prompt")
+        return None
+    try:
+        served = served_h3_tokenizer(folders)
+        if served is None:
+            report.fallback("dialogue_not_checked", "no clip connected and no MiniMax-H3 tokenizer in this process: "
+                            f"how {', '.join(tokens)} are tokenized was not checked; {fix} to be sure")
+            return None
+        found = dialogue_capability(node, served)
+    except H3KitInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the host's tokenizer files or library may be missing or broken
+        report.fallback("dialogue_host_tokenizer", f"could not ask this ComfyUI's MiniMax-H3 tokenizer "
+                        f"({type(exc).__name__}: {str(exc)[:160]}); {fix} to be sure")
+        return None
+    if found.native:
+        report.set(dialogue_tokens=f"this ComfyUI's MiniMax-H3 tokenizer reads {', '.join(tokens)} as one token each "
+                   f"(as upstream {UPSTREAM_DIALOGUE})")
+        return True
+    report.set(dialogue_tokens=f"split by this ComfyUI's MiniMax-H3 tokenizer ({found.describe(tokens)})")
+    report.warn(f"this ComfyUI's MiniMax-H3 tokenizer splits {', '.join(tokens)} into ordinary BPE pieces "
+                f"({found.describe(tokens)}; one token each upstream since {UPSTREAM_DIALOGUE}), so dialogue / "
+                f"lip-sync conditioning is weaker; {fix}")
+    return False

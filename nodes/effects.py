@@ -1,11 +1,14 @@
 """Effect embeddings for MiniMax-H3: put `embedding:<name>` where it takes effect, and prove the rows went in.
 
-H3KitEffectPrompt   prompt text (+ CLIP) -> prompt with `embedding:<name>` markers placed mid-sentence (never the
-                    first token, F15), after checking every effect file: it exists in an embeddings folder, holds
+H3KitEffectPrompt   prompt text (+ CLIP) -> prompt with `embedding:<name>` markers at the start of the first shot's
+                    description (checks/h3_prompt.py: every prompt form of the pack and the official templates; never
+                    the first token, F15), after checking every effect file: it exists in an embeddings folder, holds
                     one 2-D [N, 5120] tensor (the Qwen3-VL-32B token width) and is not truncated; and a copy of the
                     CLIP whose tokenizer resolves the markers (effect_tokens.py), cross-checked against the rows the
-                    encoder's own embedding loader reads. Without a CLIP it checks that this ComfyUI's MiniMax-H3
-                    tokenizer parses markers at all, and stops where it would read them as text.
+                    encoder's own embedding loader reads (and that reads H3's dialogue tokens as upstream where the
+                    host splits them). Without a CLIP it checks that this ComfyUI's MiniMax-H3 tokenizer parses
+                    markers at all, and stops where it would read them as text. An encoder that bypasses the CLIP
+                    output is judged by what this host's tokenizer does (asked, never read from a version).
 H3KitEffectSplice   CLIP + prompt + effect -> CONDITIONING with the N rows spliced into the token list at the chosen
                     position, verified against what others produced: the encoder's output positions and width,
                     and the encoder's own embedding loader reading the same rows for `embedding:<name>`.
@@ -26,7 +29,6 @@ import numbers
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from re import compile as regex
 from typing import Any
@@ -36,8 +38,8 @@ import torch
 from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module, running_host_node_ids
 from ..adapters.log import log_once
 from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
-from ..checks import facts, server
-from ..checks.rules_lints import effect_prompt_wiring
+from ..checks import facts, h3_prompt, server
+from ..checks.rules_lints import effect_prompt_wiring, prompt_encoders
 from . import effect_tokens
 from .common import H3KitInputError, Report, category
 
@@ -46,7 +48,6 @@ H3_WIDTH = facts.H3_EMBEDDING_WIDTH
 H3_EMBED_KEY = "qwen3vl_32b"  # the tensor name the H3 tokenizer prefers inside an embedding file
 ENV_DIR = "H3KIT_EMBEDDINGS_DIR"
 MARKER = effect_tokens.MARKER
-H3_TOKENIZER_MODULE = "comfy.text_encoders.minimax"  # the host's MiniMax-H3 tokenizer (ComfyUI >= 0.33.0)
 NONE = "none"
 EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
 MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
@@ -55,7 +56,7 @@ MAX_EFFECT_ROWS = 1024  # rows (prompt tokens) of one effect; the ten published 
 MAX_EFFECT_HEADER_BYTES = 2**20  # an effect file's safetensors header: one tensor and a little metadata
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
-SHOT_TAG = regex(r"\[\s*shot\s*\d+\s*\]", re.IGNORECASE)
+SHOT_HEADINGS = "[Shot k], Shot k:, CUT k: or a timed line like [0s-2s]"
 SENTENCE_END = regex(r"[.!?\u3002\uff01\uff1f](?=\s|$)")
 WORD = regex(r"\w")
 LEADING_MARKERS = regex(r"\A(?:\s*embedding:\S+)+\s*")
@@ -78,8 +79,8 @@ KNOWN_WIDTHS = {
 }
 
 FIX_F15 = (
-    "put the marker mid-sentence, after the first [Shot k] tag (H3 prompts start "
-    "'integrated_multimodal_description: [Shot 1] ...'), never as the first token (F15)"
+    "put the marker at the start of the first shot's description, after its heading ([Shot 1], SHOT 1:, CUT 1: or "
+    "[0s-2s]; H3 prompts start 'integrated_multimodal_description: [Shot 1] ...'), never as the first token (F15)"
 )
 
 
@@ -352,31 +353,35 @@ def marker_for(node: str, input_name: str, info: EffectInfo) -> str:
 
 
 def insertion_cut(text: str, position: str, report: Report) -> int:
-    """Character index where markers go: always after at least one word, so never the first token (F15)."""
+    """Character index where markers go: always after at least one word, so never the first token (F15), and inside
+    the part that describes the video (detailed_description in a six-section Ref2VA prompt, checks/h3_prompt.py)."""
     if position not in POSITIONS:
         raise H3KitInputError(report.node, "position", position, "unknown position", f"use one of: {', '.join(POSITIONS)}")
+    start, end, section = h3_prompt.description_bounds(text)
     used = position
     if used == "after_first_shot_tag":
-        match = SHOT_TAG.search(text)
-        if match:
-            report.set(position_used=used)
-            return match.end()
-        report.fallback("no_shot_tag", "no [Shot k] tag in the prompt; effects placed after the first sentence instead")
+        shot = h3_prompt.first_shot_description(text)
+        if shot is not None:
+            report.set(position_used=used, shot_heading=shot.heading, section=shot.section)
+            return shot.start
+        report.fallback("no_shot_tag", f"no shot heading ({SHOT_HEADINGS}) in the prompt; effects placed after the "
+                        "first sentence of " + (f"{section} instead" if section else "the prompt instead"))
         used = "after_first_sentence"
     if used == "after_first_sentence":
-        for match in SENTENCE_END.finditer(text):
-            if WORD.search(text[: match.start()]):  # an empty first sentence ('. a cat') does not count
-                report.set(position_used=used)
+        for match in SENTENCE_END.finditer(text, start, end):
+            if WORD.search(text, start, match.start()):  # an empty first sentence ('. a cat') does not count
+                report.set(position_used=used, section=section)
                 return match.end()
         if position == "after_first_sentence":
-            report.fallback("no_sentence_end", "the prompt has no sentence end after a word; effects placed at the end")
+            report.fallback("no_sentence_end", "the prompt has no sentence end after a word; effects placed at the end"
+                            + (f" of {section}" if section else ""))
         used = "end"
-    cut = len(text.rstrip())
-    if not WORD.search(text[:cut]):
+    cut = len(text[:end].rstrip())
+    if cut <= start or not WORD.search(text, start, cut):
         raise H3KitInputError(report.node, "prompt", text,
                               "the prompt has no word for the effect to follow; a marker as the first token has no effect (F15)",
                               "write the scene first, e.g. 'integrated_multimodal_description: [Shot 1] A man on a rooftop.'")
-    report.set(position_used=used)
+    report.set(position_used=used, section=section)
     return cut
 
 
@@ -440,9 +445,11 @@ def _file_signature(effects: list[str]) -> str:
 
 # ============================================================================== H3KitEffectPrompt
 POSITION_TOOLTIP = (
-    "Where the effect goes. after_first_shot_tag: right after the first [Shot k] (falls back to after the first "
-    "sentence when there is none). after_first_sentence: after the first sentence end. end: at the end. "
-    "Never the first token: a marker there has no effect on H3 (F15)."
+    "Where the effect goes. after_first_shot_tag: at the start of the first shot's description, after its heading "
+    "([Shot 1], SHOT 1:, CUT 1: or a timed line [0s-2s], and a time like 0-3s); a [Shot k] inside a reference "
+    "sentence or retention_analysis is not a heading. Falls back to after the first sentence when there is none. "
+    "after_first_sentence: after the first sentence end. end: at the end. In a six-section Ref2VA prompt all three "
+    "stay inside detailed_description. Never the first token: a marker there has no effect on H3 (F15)."
 )
 
 
@@ -451,11 +458,13 @@ class H3KitEffectPrompt:
     CATEGORY = CATEGORY
     DESCRIPTION = (
         "Adds MiniMax-H3 effect embeddings (models/embeddings, [N, 5120]) to a prompt as embedding:<name> markers, "
-        "mid-sentence where they take effect (never as the first token, F15), after checking each file: present, "
-        "2-D, 5120 wide, complete. Connect the text encoder to 'clip' and feed both outputs, prompt and clip, to "
-        "MiniMaxH3ImageToVideo: the clip output resolves every marker to its rows (x strength) through the encoder's "
-        "own embedding loader, also where the host's MiniMax-H3 tokenizer reads markers as plain text (ComfyUI "
-        "0.33.0); a marker it cannot load stops the run instead of becoming text."
+        "at the start of the first shot's description where they take effect ([Shot 1], SHOT 1:, CUT 1:, [0s-2s]; in a "
+        "Ref2VA prompt inside detailed_description; never as the first token, F15), after checking each file: "
+        "present, 2-D, 5120 wide, complete. Connect the text encoder to 'clip' and feed both outputs, prompt and clip, "
+        "to MiniMaxH3ImageToVideo: the clip output resolves every marker to its rows (x strength) through the "
+        "encoder's own embedding loader on every host, also where the host's MiniMax-H3 tokenizer reads markers as "
+        "plain text (ComfyUI 0.33.0), and reads dialogue <d> </d> as one token each; a marker it cannot load stops "
+        "the run instead of becoming text."
     )
     FUNCTION = "execute"
     RETURN_TYPES = ("STRING", "STRING", "CLIP")
@@ -531,12 +540,15 @@ class H3KitEffectPrompt:
                    prompt=result)
         if not chosen and not moved:
             report.set(position_used=None, note="no effect chosen; prompt unchanged")
-        _check_wiring(node, graph, unique_id)
         in_text = [effect_tokens.marker_word(p) for p in effect_tokens.marker_pieces(result) if p.startswith(MARKER)]
         if clip is None:
-            self._without_encoder(node, strength, in_text, report)
+            parses = self._without_encoder(node, strength, in_text, report)
+            effect_tokens.report_served_dialogue(node, result, [str(d) for d in embedding_dirs()], report,
+                                                 FIX_EFFECT_CLIP)
+            _check_wiring(node, graph, unique_id, parses, report)
             return result, report.json(), None
-        encoder = self._with_encoder(node, clip, strength, infos, markers, in_text, result, report)
+        encoder, parses = self._with_encoder(node, clip, strength, infos, markers, in_text, result, report)
+        _check_wiring(node, graph, unique_id, parses, report)
         return result, report.json(), encoder
 
     @staticmethod
@@ -572,7 +584,8 @@ class H3KitEffectPrompt:
                                       f"the {[info.rows, info.width]} rows in {info.name} (another file or tensor of "
                                       "that name)", "keep one embedding of that name, holding the rows alone or under "
                                       f"'{H3_EMBED_KEY}'")
-        encoder = effect_tokens.with_effects(node, clip, strength)
+        prepared = effect_tokens.prepare_dialogue(node, clip.tokenizer, text, report)
+        encoder = effect_tokens.with_effects(node, clip, strength, prepared)
         entries, spans = encoder.tokenizer.prompt_tokens(text)  # stops on a marker the encoder cannot load
         by_marker = {marker: (start, count) for marker, start, count in spans}
         for effect, info_marker in zip(report.facts["effects"], markers, strict=True):
@@ -581,32 +594,35 @@ class H3KitEffectPrompt:
                 raise H3KitInputError(node, "clip", info_marker, f"the prepared encoder put {count} rows for "
                                       f"{info_marker}, not the file's {effect['rows']}", effect_tokens.FIX_ENCODER)
             effect["token_index"] = start
-        native = bool(in_text) and effect_tokens.outer_parses_markers(node, clip.tokenizer, in_text[0])
+        parses = effect_tokens.outer_parses_markers(node, clip.tokenizer, in_text[0]) if in_text else None
         report.set(prompt_tokens=len(entries), markers_resolved_by=(
             "the host's MiniMax-H3 tokenizer (it parses markers); H3Kit's clip output resolves them the same way"
-            if native else "H3Kit's clip output (this host's MiniMax-H3 tokenizer reads markers as plain text)"
+            if parses else "H3Kit's clip output (this host's MiniMax-H3 tokenizer reads markers as plain text)"
             if in_text else "nothing to resolve"))
-        return encoder
+        return encoder, parses
 
     @staticmethod
-    def _without_encoder(node: str, strength: float, in_text: list[str], report: Report) -> None:
+    def _without_encoder(node: str, strength: float, in_text: list[str], report: Report) -> bool | None:
+        """Whether this ComfyUI's own tokenizer parses the markers (True), or None when it cannot be asked; stops
+        where it reads them as text (the effect would silently do nothing)."""
         if strength != 1.0:
             raise H3KitInputError(node, "strength", strength, "strength is applied by the 'clip' output, and 'clip' "
                                   "is not connected", "connect the text encoder to 'clip' and use the 'clip' output")
         if not in_text:
             report.set(markers_resolved_by="nothing to resolve")
-            return
+            return None
         verdict = host_reads_markers_as_text(node, in_text[0], report)
         if verdict is True:
             raise H3KitInputError(node, "clip", None, "this ComfyUI's MiniMax-H3 tokenizer reads embedding: markers as "
-                                  "plain text (ComfyUI 0.33.0 does), so the effect would silently do nothing",
-                                  FIX_EFFECT_CLIP)
+                                  "plain text (asked just now; hosts without Comfy-Org/ComfyUI#15697, such as ComfyUI "
+                                  "0.33.0, do), so the effect would silently do nothing", FIX_EFFECT_CLIP)
         report.set(markers_resolved_by="the host's MiniMax-H3 tokenizer (checked: it parses markers)" if verdict is False
                    else "not checked")
+        return None if verdict is None else not verdict
 
 
 FIX_EFFECT_CLIP = ("connect the text encoder (CLIPLoader) to this node's 'clip' input and its 'clip' output to "
-                   "MiniMaxH3ImageToVideo's 'clip'")
+                   "MiniMaxH3ImageToVideo's 'clip' (works on every host)")
 
 
 def _folders_of(clip: Any) -> str:
@@ -615,30 +631,33 @@ def _folders_of(clip: Any) -> str:
     return ", ".join(map(str, folders)) if isinstance(folders, (list, tuple)) else str(folders)
 
 
-def _check_wiring(node: str, graph: Any, unique_id: Any) -> None:
-    """The graph this node runs in: an encoder that takes our prompt must take our clip too (checks/rules_lints)."""
+def _check_wiring(node: str, graph: Any, unique_id: Any, parses: bool | None, report: Report) -> None:
+    """The graph this node runs in (checks/rules_lints.effect_prompt_wiring), judged with what this host's tokenizer
+    does with markers (`parses`; None when it could not be asked): errors stop the node, warnings go to the report,
+    and the report names the clip each encoder of the prompt uses."""
     if not isinstance(graph, dict) or unique_id is None:
         return
-    for problem in effect_prompt_wiring(graph, str(unique_id)):
+    for problem in effect_prompt_wiring(graph, str(unique_id), host_parses_markers=parses):
+        message = f"node {problem.node_id} ({problem.class_type}) " + problem.message
         if problem.severity == "error":
-            raise H3KitInputError(node, "clip", problem.value, f"node {problem.node_id} ({problem.class_type}) "
-                                  + problem.message, problem.fix)
-
-
-@lru_cache(maxsize=8)
-def _host_h3_tokenizer(folders: tuple[str, ...]) -> Any:
-    return host_module(H3_TOKENIZER_MODULE).MiniMaxH3Tokenizer(embedding_directory=list(folders))
+            raise H3KitInputError(node, "clip", problem.value, message, problem.fix)
+        report.warn(f"{message}. Fix: {problem.fix}")
+    own = "this node's clip output"
+    other = {True: "parses the markers itself", False: "reads markers as text", None: "not asked"}[parses]
+    report.set(encoders={cid: f"{consumer.get('class_type', '?')}: " + (own if ours else
+                         f"clip of node {consumer['inputs']['clip'][0]} (this host's MiniMax-H3 tokenizer {other})")
+                         for cid, consumer, ours in prompt_encoders(graph, str(unique_id))})
 
 
 def host_reads_markers_as_text(node: str, marker: str, report: Report) -> bool | None:
     """Without a clip: does this ComfyUI's own MiniMax-H3 tokenizer turn a loadable marker into text (True) or into
     rows (False)? None, with the reason as a fallback, when there is no such tokenizer or it cannot be asked."""
-    if not host_loaded(H3_TOKENIZER_MODULE):
-        report.fallback("no_encoder", "no clip connected and no MiniMax-H3 tokenizer in this process: cannot check "
-                        "that the markers are parsed; connect 'clip' and use the 'clip' output to be sure")
-        return None
     try:
-        tokenizer = _host_h3_tokenizer(tuple(str(d) for d in embedding_dirs()))
+        tokenizer = effect_tokens.served_h3_tokenizer([str(d) for d in embedding_dirs()])
+        if tokenizer is None:
+            report.fallback("no_encoder", "no clip connected and no MiniMax-H3 tokenizer in this process: cannot check "
+                            "that the markers are parsed; connect 'clip' and use the 'clip' output to be sure")
+            return None
         if not effect_tokens.host_marker_rows(node, tokenizer, marker):
             report.fallback("no_host_rows", f"this ComfyUI's MiniMax-H3 tokenizer finds no {marker}, so whether it "
                             "parses markers was not checked; connect 'clip' and use the 'clip' output to be sure")
@@ -650,6 +669,22 @@ def host_reads_markers_as_text(node: str, marker: str, report: Report) -> bool |
         report.fallback("host_tokenizer", f"could not ask this ComfyUI's MiniMax-H3 tokenizer ({type(exc).__name__}: "
                         f"{str(exc)[:160]}); connect 'clip' and use the 'clip' output to be sure")
         return None
+
+
+def _with_dialogue(node: str, clip: Any, prompt: str, report: Report) -> Any:
+    """The clip whose tokenizer reads the prompt's dialogue tokens as upstream (#15808) does: a clone where this host
+    splits them (effect_tokens.prepare_dialogue; the report says which), else the clip itself."""
+    if not h3_prompt.dialogue_tokens_in(prompt):
+        report.set(dialogue_tokens="none in the prompt")
+        return clip
+    if not callable(getattr(clip, "clone", None)) or getattr(clip, "tokenizer", None) is None:
+        raise _contract_error(node, f"{type(clip).__name__} without tokenizer/clone")
+    tokenizer = effect_tokens.prepare_dialogue(node, clip.tokenizer, prompt, report, "this node's encoding")
+    if tokenizer is clip.tokenizer:
+        return clip
+    clone = clip.clone()
+    clone.tokenizer = tokenizer
+    return clone
 
 
 # ============================================================================== H3KitEffectSplice
@@ -791,6 +826,7 @@ class H3KitEffectSplice:
             report.warn("strength 0 splices zero rows: the effect is neutralised")
 
         cut = insertion_cut(prompt, position, report)
+        clip = _with_dialogue(node, clip, prompt, report)
         base = token_stream(node, clip, prompt)
         declared = _declared_width(clip, base.key)
         if declared is not None and declared != H3_WIDTH:

@@ -10,6 +10,12 @@ person (F30), Traditional-Chinese dialogue breaks mid-sentence (F29), lengths of
 
 Every check names the section and the line. By default a problem stops the node
 (H3KitInputError); `strict=false` composes anyway and lists the problems as report warnings.
+
+Dialogue tokens: the prompt's `<d> ... </d>` are one token each for H3 (upstream Comfy-Org/ComfyUI#15808); ComfyUI
+0.33.0's tokenizer splits them into ordinary BPE pieces, which weakens dialogue / lip-sync conditioning. With the text
+encoder on `clip`, the node asks its tokenizer (nodes/effect_tokens.py) and hands on a `clip` whose tokenizer reads
+them as upstream where the host splits them (the encoder itself unchanged where it does not); without it, the node
+asks this ComfyUI's own MiniMax-H3 tokenizer and warns with the fix. The report's `dialogue_tokens` says which.
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from re import compile as regex
+from typing import Any
 
 from ..checks import facts
+from ..checks.rules_lints import prompt_encoders
+from . import effect_tokens
 from .common import H3KitInputError, Report, category
 
 NODE_ID = "H3KitRef2VAPrompt"
@@ -582,11 +591,14 @@ class H3KitRef2VAPrompt:
         "(bare labels invent people), shot times inside the clip, <d>[Language] line</d>, stable speaker ids, "
         "Simplified Chinese, length on the 17k+5 grid within the host's 5..3600. Problems stop the node unless "
         "strict is off; a length beyond the trained 362 frames or more references than the checkpoint is "
-        "documented for are warnings."
+        "documented for are warnings. Connect the text encoder to 'clip' and feed its 'clip' output to "
+        "MiniMaxH3ReferenceToVideo: where this ComfyUI's tokenizer splits the dialogue tokens <d> </d> into BPE "
+        "pieces (0.33.0), that clip reads them as one token each, as upstream ComfyUI does (#15808); the report says "
+        "which happened."
     )
     FUNCTION = "compose"
-    RETURN_TYPES = ("STRING", "STRING")
-    RETURN_NAMES = ("prompt", "report")
+    RETURN_TYPES = ("STRING", "STRING", "CLIP")
+    RETURN_NAMES = ("prompt", "report", "clip")
 
     @classmethod
     def INPUT_TYPES(cls) -> dict:
@@ -624,12 +636,18 @@ class H3KitRef2VAPrompt:
                                   "its line instead."),
                 "videos": _text("<Video N> lines: '<Video 1> is the source video for the target video edit.'"),
                 "audios": _text("<Audio N> lines: '<Audio 1> is the voice-timbre reference for <Subject 1> (S1).'"),
+                "clip": ("CLIP", {"tooltip": "The MiniMax-H3 text encoder (CLIPLoader type 'minimax'). Its copy on the "
+                                             "'clip' output reads the dialogue tokens <d> </d> as one token each (as "
+                                             "upstream ComfyUI #15808) where this host splits them; give "
+                                             "MiniMaxH3ReferenceToVideo that clip together with the prompt."}),
             },
+            "hidden": {"graph": "PROMPT", "unique_id": "UNIQUE_ID"},
         }
 
     def compose(self, subjects: str, summary: str, retention: str, shots: str, soundscape: str, music: str,
                 length: int, ref_images: int, ref_videos: int, ref_video_audios: int, ref_audios: int,
-                strict: bool = True, pictures: str = "", videos: str = "", audios: str = "") -> tuple[str, str]:
+                strict: bool = True, pictures: str = "", videos: str = "", audios: str = "", clip: Any = None,
+                graph: dict | None = None, unique_id: Any = None) -> tuple[str, str, Any]:
         counts = {"ref_images": ref_images, "ref_videos": ref_videos,
                   "ref_video_audios": ref_video_audios, "ref_audios": ref_audios}
         for name, value in counts.items():
@@ -655,7 +673,36 @@ class H3KitRef2VAPrompt:
         )
         for problem in problems + linter.notes:
             report.warn(str(problem))
-        return prompt, report.json()
+        encoder = dialogue_clip(clip, prompt, report, graph, unique_id)
+        return prompt, report.json(), encoder
+
+
+FIX_DIALOGUE = ("connect the text encoder (CLIPLoader) to H3KitRef2VAPrompt's 'clip' input and its 'clip' output to "
+                "MiniMaxH3ReferenceToVideo's 'clip'")
+
+
+def dialogue_clip(clip: Any, prompt: str, report: Report, graph: Any, unique_id: Any) -> Any:
+    """The clip to hand on (None without one), the report saying how the prompt's dialogue tokens are read, and a
+    warning for each encoder of the prompt that bypasses the fix on a host that splits them."""
+    if clip is None:
+        split = effect_tokens.report_served_dialogue(NODE_ID, prompt, [], report, FIX_DIALOGUE) is False
+        encoder = None
+    else:
+        if not callable(getattr(clip, "clone", None)) or getattr(clip, "tokenizer", None) is None:
+            raise H3KitInputError(NODE_ID, "clip", type(clip).__name__, "not a ComfyUI CLIP (no tokenizer/clone)",
+                                  effect_tokens.FIX_ENCODER)
+        tokenizer = effect_tokens.prepare_dialogue(NODE_ID, clip.tokenizer, prompt, report)
+        split = tokenizer is not clip.tokenizer
+        encoder = clip
+        if split:
+            encoder = clip.clone()
+            encoder.tokenizer = tokenizer
+    if split and isinstance(graph, dict) and unique_id is not None:
+        for cid, consumer, ours in prompt_encoders(graph, str(unique_id)):
+            if not ours:
+                report.warn(f"node {cid} ({consumer.get('class_type', '?')}) encodes this prompt with another clip, "
+                            "so its dialogue tokens are split into BPE pieces there; fix: " + FIX_DIALOGUE)
+    return encoder
 
 
 def _label_order(label: str) -> tuple[int, int]:

@@ -15,6 +15,13 @@ host's own MiniMax-H3 text path, and the tier-(a) stand-ins against the real cla
 3. H3KitEffectSplice on the same CLIP: its cross-check with the encoder's embedding loader and its conditioning.
 4. tests/h3_standins.py against the real classes: call signatures, and outputs once the stand-ins get the real ids
    and the real embedding table.
+5. Capabilities (issue 30 rows 6, 8), asked of the host's real tokenizer, never of its version: does it parse
+   embedding: markers; how H3KitEffectPrompt then judges a graph whose encoder bypasses its clip, with and without a
+   clip; how it splits H3's dialogue tokens. The upstream oracle for dialogue (what Comfy-Org/ComfyUI#15808 does):
+   the host's own tokenizer whose inner Qwen tokenizer (a deep copy) is given the seven tokens as additional special
+   tokens. H3Kit's copy (effect_tokens.with_dialogue_tokens), H3KitRef2VAPrompt's and H3KitEffectPrompt's clip outputs
+   must give that oracle's ids for the shipped Ref2VA prompts and more, and the host's own ids where there is no
+   dialogue.
 """
 
 from __future__ import annotations
@@ -97,8 +104,9 @@ def run_shipped_graph(effects, clip, strength: float) -> tuple:
     return text, json.loads(report), out.result[0]
 
 
-def host_ids(clip, text: str) -> list[int]:
-    return [e[0] for e in clip.tokenizer.tokenize_with_weights(text)["qwen3vl_32b"][0]]
+def host_ids(clip, text: str) -> list:
+    """The host tokenizer's ids for `text`; an embedding row (a host that parses the marker) shows as "row"."""
+    return [e[0] if isinstance(e[0], int) else "row" for e in clip.tokenizer.tokenize_with_weights(text)["qwen3vl_32b"][0]]
 
 
 def embed_rows(clip, ids: list[int]) -> torch.Tensor:
@@ -168,7 +176,10 @@ def check_standins(clip) -> dict:
     real_inner = real_outer.qwen3vl_32b
     ids = lambda text: real_inner.tokenizer(text)["input_ids"]  # noqa: E731 - the real Qwen ids
     folders = folder_paths.get_folder_paths("embeddings")
-    stand_outer = standins.StandInMiniMaxH3Tokenizer(folders, ids=ids)
+    # The stand-in of this host: 0.33.0 reads markers as text, a host with #15697 parses them (its capability, asked)
+    parses = any(torch.is_tensor(e[0]) for e in real_outer.tokenize_with_weights(
+        "x embedding:minimaxh3_bullet_time")["qwen3vl_32b"][0])
+    stand_outer = standins.StandInMiniMaxH3Tokenizer(folders, ids=ids, parse_markers=parses)
     stand_native = standins.StandInMiniMaxH3Tokenizer(folders, ids=ids, parse_markers=True)
     images = [torch.rand(1, 32, 32, 3), torch.rand(1, 48, 32, 3)]
     refs = [{"type": "image", "data": images[0]}, {"type": "audio"},
@@ -185,6 +196,10 @@ def check_standins(clip) -> dict:
             real_inner.tokenize_with_weights(text, return_word_ids=True, disable_weights=True)[0]))
         native.append(same_entries(stand_native.tokenize_with_weights(text)["qwen3vl_32b"][0],
                                    real_inner.tokenize_with_weights(text, disable_weights=True)[0]))
+    oracle, _ = upstream_oracle(real_outer)
+    stand_upstream = standins.StandInMiniMaxH3Tokenizer(folders, ids=ids, parse_markers=parses, dialogue=True)
+    dialogue = [same_entries(stand_upstream.tokenize_with_weights(text)["qwen3vl_32b"][0],
+                             oracle.tokenize_with_weights(text)["qwen3vl_32b"][0]) for text in DIALOGUE_TEXTS]
     table = clip.cond_stage_model.qwen3vl_32b.transformer.model.embed_tokens.weight.detach()
     stand_clip = standins.StandInCLIP(stand_native, standins.StandInH3Encoder(table, "passthrough"))
     encodings = []
@@ -209,8 +224,117 @@ def check_standins(clip) -> dict:
     signatures["MiniMaxH3Tokenizer.__init__"] = parameters(standins.StandInMiniMaxH3Tokenizer.__init__)[
         :len(init_prefix)] == init_prefix
     return {"outer": outer, "inner": inner, "word_ids": word_ids, "native": native, "encodings": encodings,
+            "dialogue": dialogue, "host_parses_markers": parses,
             "signatures": signatures, "inner_class": type(real_inner).__name__,
             "tokenizer_files": sorted(os.listdir(Path(inspect.getfile(type(real_inner))).parent / "qwen25_tokenizer"))}
+
+
+DIALOGUE_TEXTS = [
+    "<Subject 2> (S1) says warmly, <d>[Chinese] 这么巧，你也来买水果？</d>\n[Shot 3] laughs, <d>[English] Hi.</d> Ok.",
+    "a <d> b </d>c<d></d>  <|cutoff|>\n<|lyrics_start|>la la<|lyrics_end|><|caption_start|>x<|caption_end|>",
+    "A kite. embedding:minimaxh3_bullet_time says <d>[English] Look up!</d> It rises.",
+    "no dialogue here, only [Shot 1] and <Picture 1>.",
+]
+
+
+def host_ids_of(tokenizer, text: str, **kwargs) -> list:
+    return [e[0] if isinstance(e[0], int) else "row" for e in tokenizer.tokenize_with_weights(text, **kwargs)[
+        "qwen3vl_32b"][0]]
+
+
+def upstream_oracle(outer):
+    """The host's tokenizer as Comfy-Org/ComfyUI#15808 makes it: its inner Qwen tokenizer knows the seven tokens."""
+    tokens = list(json.loads((PACK / "tests" / "data" / "h3_dialogue_tokens.json").read_text())["tokens"])
+    inner = copy.copy(outer.qwen3vl_32b)
+    inner.tokenizer = copy.deepcopy(inner.tokenizer)
+    inner.tokenizer.add_special_tokens({"additional_special_tokens": tokens})
+    oracle = copy.copy(outer)
+    oracle.qwen3vl_32b = inner
+    return oracle, {token: inner.tokenizer.convert_tokens_to_ids(token) for token in tokens}
+
+
+def shipped_ref2va_prompts() -> list[str]:
+    from h3kit.nodes.ref2va import H3KitRef2VAPrompt
+
+    prompts = []
+    for name in ("h3_ref2va_two_characters", "h3_ref2va_two_stage"):
+        graph = json.loads((PACK / "workflows" / "api" / f"{name}.json").read_text(encoding="utf-8"))
+        inputs = next(n["inputs"] for n in graph.values() if n["class_type"] == "H3KitRef2VAPrompt")
+        prompts.append(H3KitRef2VAPrompt().compose(**{k: v for k, v in inputs.items() if k != "clip"})[0])
+    return prompts
+
+
+def check_dialogue(effects, clip) -> dict:
+    from h3kit.nodes import effect_tokens as et
+    from h3kit.nodes.ref2va import H3KitRef2VAPrompt
+
+    oracle, oracle_table = upstream_oracle(clip.tokenizer)
+    prepared = et.with_dialogue_tokens("probe", clip.tokenizer)
+    ref2va = shipped_ref2va_prompts()
+    texts = ref2va + DIALOGUE_TEXTS
+    found = et.dialogue_capability("probe", clip.tokenizer)
+    graph = json.loads((PACK / "workflows" / "api" / "h3_ref2va_two_characters.json").read_text(encoding="utf-8"))
+    node_id, node = next((k, n) for k, n in graph.items() if n["class_type"] == "H3KitRef2VAPrompt")
+    prompt, report, out = H3KitRef2VAPrompt().compose(**{k: v for k, v in node["inputs"].items() if k != "clip"},
+                                                      clip=clip, graph=graph, unique_id=node_id)
+    upstream_prompt, upstream_report, upstream_out = H3KitRef2VAPrompt().compose(
+        **{k: v for k, v in node["inputs"].items() if k != "clip"}, clip=_with_tokenizer(clip, oracle))
+    audio_ref = [{"type": "audio"}]
+    text = "integrated_multimodal_description: [Shot 1] A kite rises. " + DIALOGUE_TEXTS[0]
+    fx_text, fx_report, fx_clip = effects.H3KitEffectPrompt().execute(text, EFFECT, clip=clip)
+    fx_ids = host_ids_of(fx_clip.tokenizer, fx_text)
+    return {
+        "oracle_table": oracle_table,
+        "host_ids": found.ids, "host_native": found.native,
+        "oracle_native": et.dialogue_capability("probe", oracle).native,
+        "prepared_native": et.dialogue_capability("probe", prepared).native,
+        "prepared_equals_oracle": [host_ids_of(prepared, t) == host_ids_of(oracle, t) for t in texts],
+        "host_differs_from_oracle": [host_ids_of(clip.tokenizer, t) != host_ids_of(oracle, t) for t in texts],
+        "no_dialogue_unchanged": host_ids_of(prepared, DIALOGUE_TEXTS[-1]) == host_ids_of(clip.tokenizer,
+                                                                                          DIALOGUE_TEXTS[-1]),
+        "shipped_prompt_ids": host_ids_of(prepared, ref2va[0]).count(oracle_table["<d>"]),
+        "ref2va_report": json.loads(report)["dialogue_tokens"], "ref2va_warnings": json.loads(report)["warnings"],
+        "ref2va_clip_equals_oracle": host_ids_of(out.tokenizer, prompt, minimax_ref_items=audio_ref)
+        == host_ids_of(oracle, prompt, minimax_ref_items=audio_ref),
+        "ref2va_clip_is_input_on_upstream": upstream_out.tokenizer is oracle and upstream_prompt == prompt,
+        "ref2va_upstream_report": json.loads(upstream_report)["dialogue_tokens"],
+        "effect_report": json.loads(fx_report)["dialogue_tokens"],
+        # upstream's whole-prompt parse (the inner SDTokenizer: markers to rows, dialogue to its ids)
+        "effect_equals_upstream": fx_ids == [e[0] if isinstance(e[0], int) else "row" for e in
+                                             oracle.qwen3vl_32b.tokenize_with_weights(fx_text, disable_weights=True)[0]],
+        "effect_rows": fx_ids.count("row"),
+    }
+
+
+def _with_tokenizer(clip, tokenizer):
+    clone = clip.clone()
+    clone.tokenizer = tokenizer
+    return clone
+
+
+def check_marker_capability(effects, clip) -> dict:
+    """What the host's tokenizer does with a marker, and what H3KitEffectPrompt makes of a graph whose encoder takes
+    the loader's clip (with and without the node's own clip input)."""
+    from h3kit.nodes import effect_tokens as et
+
+    graph = copy.deepcopy(GRAPH)
+    graph["7"]["inputs"]["clip"] = graph["6"]["inputs"]["clip"]  # the encoder bypasses the effect prompt's clip
+    inputs = {k: v for k, v in graph["6"]["inputs"].items() if k != "clip"}
+    outcomes = {}
+    for with_clip in (True, False):
+        if not with_clip:
+            del graph["6"]["inputs"]["clip"]
+        try:
+            _, report, _ = effects.H3KitEffectPrompt().execute(**inputs, clip=clip if with_clip else None,
+                                                               graph=graph, unique_id="6")
+            report = json.loads(report)
+            outcomes[f"clip_{with_clip}"] = {"ok": True, "encoders": report.get("encoders"),
+                                             "markers_resolved_by": report["markers_resolved_by"],
+                                             "warnings": report["warnings"]}
+        except Exception as exc:  # noqa: BLE001 - the node's error is the result
+            outcomes[f"clip_{with_clip}"] = {"ok": False, "error": str(exc)}
+    return {"parses_markers": et.outer_parses_markers("probe", clip.tokenizer, "embedding:minimaxh3_bullet_time"),
+            **outcomes}
 
 
 def main() -> None:
@@ -233,6 +357,9 @@ def main() -> None:
     result["splice"] = check_splice(effects, clip, rows)
     result["standins"] = check_standins(clip)
     lap("splice_and_standins")
+    result["markers"] = check_marker_capability(effects, clip)
+    result["dialogue"] = check_dialogue(effects, clip)
+    lap("capabilities")
     print(json.dumps({**result, "seconds": seconds}))
 
 

@@ -4,6 +4,9 @@ Each follows one real class, same call signature and output form (tests/test_eff
 ComfyUI 0.33.0 in the host's python: signatures equal, outputs equal once the stand-in is given the real ids and
 embedding table):
 
+StandInTextTokenizer     the Hugging Face Qwen tokenizer behind SDTokenizer.tokenizer: text -> {"input_ids": [...]};
+                         special=True knows H3's seven dialogue tokens as upstream ComfyUI's does (#15808: the text
+                         is cut at each, which is one id); False is ComfyUI 0.33.0 / yzkee @783545f6 (BPE pieces).
 StandInSDTokenizer       comfy/sd1_clip.py SDTokenizer as the H3 encoder configures it (Qwen3VLSDTokenizer: no start
                          or end token, pad 151643, min_length 1, embedding_size 5120, embedding_key qwen3vl_32b):
                          text split at `(?<=\\s)embedding:`, a marker piece's first word (cut at '<' or '[', retried
@@ -12,8 +15,10 @@ StandInSDTokenizer       comfy/sd1_clip.py SDTokenizer as the H3 encoder configu
                          entry per row, the rest re-joined with single spaces and tokenized as text; a missing file
                          is dropped (the host logs a warning). Only the disable_weights=True path the H3 tokenizer uses.
 StandInMiniMaxH3Tokenizer comfy/text_encoders/minimax.py MiniMaxH3Tokenizer: reference labels and vision blocks, then
-                         the prompt. parse_markers=False is ComfyUI 0.33.0 (prompt -> raw ids, a marker is text);
-                         True is the newer upstream file (every text piece through the inner SDTokenizer).
+                         the prompt. parse_markers=False is ComfyUI 0.33.0 (prompt -> raw ids through the inner's
+                         text tokenizer, add_special_tokens=False; a marker is text); True is the newer upstream file
+                         (every text piece through the inner SDTokenizer). dialogue=True: its text tokenizer knows
+                         H3's dialogue tokens (upstream #15808).
 StandInH3Encoder         comfy/sd1_clip.py SDClipModel.process_tokens + ClipTokenWeightEncoder for the H3 model:
                          ints embedded from a table (ids beyond a small tier-(a) table wrap), each tensor entry spliced at its index (another width: dropped,
                          a pad row appended), weights != 1 interpolated against the all-pad encoding; "passthrough"
@@ -50,6 +55,26 @@ def hash_ids(text: str) -> list[int]:
     return [zlib.crc32(piece.encode()) % (HASH_VOCAB - 1) + 1 for piece in WORD_PIECES.findall(text)]
 
 
+DIALOGUE_IDS = {"<d>": 151669, "</d>": 151670, "<|cutoff|>": 151671, "<|lyrics_start|>": 151672,
+                "<|lyrics_end|>": 151673, "<|caption_start|>": 151674, "<|caption_end|>": 151675}
+DIALOGUE_SPLIT = regex("(" + "|".join(re.escape(token) for token in DIALOGUE_IDS) + ")")
+
+
+class StandInTextTokenizer:
+    def __init__(self, ids: Callable[[str], list[int]] = hash_ids, special: bool = False):
+        self.ids, self.special = ids, special
+        self.calls: list[str] = []  # every text it was given (tests read them)
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        self.calls.append(text)
+        if not self.special:
+            return {"input_ids": self.ids(text)}
+        out: list[int] = []
+        for piece in DIALOGUE_SPLIT.split(text):
+            out += [DIALOGUE_IDS[piece]] if piece in DIALOGUE_IDS else self.ids(piece) if piece else []
+        return {"input_ids": out}
+
+
 def load_embed(name: str, folders: list[str], embed_key: str = KEY) -> torch.Tensor | None:
     """comfy/sd1_clip.py load_embed for safetensors files (what effect files are)."""
     from safetensors.torch import load_file
@@ -74,11 +99,12 @@ class StandInSDTokenizer:
     embedding_identifier = "embedding:"
 
     def __init__(self, embedding_directory=None, ids: Callable[[str], list[int]] = hash_ids,
-                 embedding_size: int = WIDTH, embedding_key: str = KEY):
+                 embedding_size: int = WIDTH, embedding_key: str = KEY, dialogue: bool = False):
         if isinstance(embedding_directory, (str, Path)):
             embedding_directory = [str(embedding_directory)]
         self.embedding_directory = embedding_directory
-        self.ids = ids
+        self.tokenizer = StandInTextTokenizer(ids, special=dialogue)
+        self.inv_vocab = {token_id: token for token, token_id in DIALOGUE_IDS.items()} if dialogue else {}
         self.embedding_size, self.embedding_key = embedding_size, embedding_key
         self.pad_token, self.min_length = PAD, 1
         self.loaded: list[str] = []  # names load_embed was asked for (tests read it)
@@ -115,7 +141,7 @@ class StandInSDTokenizer:
                 if leftover == "":
                     continue
                 word = leftover
-            groups.append([(t, 1.0) for t in self.ids(word)])
+            groups.append([(t, 1.0) for t in self.tokenizer(word)["input_ids"]])
         batch = [(t, w, i + 1) for i, group in enumerate(groups) for t, w in group]
         if len(batch) < min_length:
             batch += [(self.pad_token, 1.0, 0)] * (min_length - len(batch))
@@ -124,9 +150,9 @@ class StandInSDTokenizer:
 
 class StandInMiniMaxH3Tokenizer:
     def __init__(self, embedding_directory=None, tokenizer_data={}, ids: Callable[[str], list[int]] = hash_ids,  # noqa: B006
-                 parse_markers: bool = False):
+                 parse_markers: bool = False, dialogue: bool = False):
         self.clip_name = self.clip = KEY
-        self.qwen3vl_32b = StandInSDTokenizer(embedding_directory, ids)
+        self.qwen3vl_32b = StandInSDTokenizer(embedding_directory, ids, dialogue=dialogue)
         self.parse_markers = parse_markers
 
     def _text(self, text: str) -> list[tuple]:
@@ -135,7 +161,7 @@ class StandInMiniMaxH3Tokenizer:
         if self.parse_markers:  # newer upstream: the inner SDTokenizer, one batch
             (batch,) = self.qwen3vl_32b.tokenize_with_weights(text, return_word_ids=False, disable_weights=True)
             return batch
-        return [(t, 1.0) for t in self.qwen3vl_32b.ids(text)]  # 0.33.0: raw ids
+        return [(t, 1.0) for t in self.qwen3vl_32b.tokenizer(text, add_special_tokens=False)["input_ids"]]  # 0.33.0
 
     @staticmethod
     def _vision(data, video_block: bool = False) -> list[tuple]:
@@ -262,10 +288,11 @@ class StandInCLIP:
 
 
 def h3_clip(embeddings: str | os.PathLike | None, *, parse_markers: bool = False, kind: str = "passthrough",
-            table: torch.Tensor | None = None, ids: Callable[[str], list[int]] = hash_ids) -> StandInCLIP:
+            table: torch.Tensor | None = None, ids: Callable[[str], list[int]] = hash_ids,
+            dialogue: bool = False) -> StandInCLIP:
     """A CLIP stand-in as CLIPLoader(type minimax) gives it, with `embeddings` as the embeddings folder."""
     if table is None:
         table = torch.randn(HASH_VOCAB, WIDTH, generator=torch.Generator().manual_seed(7))
     folders = None if embeddings is None else [str(embeddings)]
-    tokenizer = StandInMiniMaxH3Tokenizer(folders, ids=ids, parse_markers=parse_markers)
+    tokenizer = StandInMiniMaxH3Tokenizer(folders, ids=ids, parse_markers=parse_markers, dialogue=dialogue)
     return StandInCLIP(tokenizer, StandInH3Encoder(table, kind))

@@ -14,6 +14,7 @@ import pytest
 import torch
 from h3_standins import KEY, StandInMiniMaxH3Tokenizer, h3_clip, hash_ids
 from h3kit.checks.rules_lints import lint_effect_markers_reach_the_encoder
+from h3kit.nodes import effect_tokens as et
 from h3kit.nodes import effects as fx
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.effect_tokens import EffectTokenizer
@@ -156,6 +157,65 @@ def test_no_effect_leaves_the_prompt_alone(effects):
 def test_shot_tag_glued_to_text_still_gets_spaces(effects):
     text, _ = run_prompt("[Shot 1]A cat.")
     assert text == "[Shot 1] embedding:fx_a A cat."
+
+
+# ------------------------------------------------------------------------------------------- issue 30 row 5
+OFFICIAL = json.loads((Path(__file__).parent / "data" / "official_h3_prompts.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("item", OFFICIAL["prompts"], ids=lambda item: item["sources"][0]["template"])
+def test_f15_the_effect_goes_into_the_first_shots_description_of_every_official_prompt(effects, item):
+    # Before: a [Shot k] anywhere (multiframe_reference: a reference sentence in subject_definitions), or the first
+    # sentence of the style preamble where the template writes SHOT 1: / CUT 1: / [0s-1s].
+    text, report = run_prompt(item["prompt"])
+    head, _, tail = text.partition(" embedding:fx_a ")
+    assert tail.startswith(item["first_shot"]["description_starts_with"])
+    assert head.endswith(item["first_shot"]["heading"])
+    assert report["position_used"] == "after_first_shot_tag" and not [f for f in report["fallbacks"] if "placed" in f]
+    assert report["shot_heading"] == item["first_shot"]["heading"]
+
+
+def ref2va_prompt() -> str:
+    from h3kit.nodes.ref2va import H3KitRef2VAPrompt
+
+    prompt, _, _ = H3KitRef2VAPrompt().compose(
+        subjects="<Subject 1> is the young woman in <Picture 1>, with a short black bob and a yellow raincoat.",
+        summary="[reference generation] <Subject 1> waits under a stall awning in the rain.",
+        retention="<Subject 1> (appears in [Shot 1], [Shot 2]): fully_preserved - face, bob and raincoat kept.",
+        shots="Realistic street scene at dusk.\n[Shot 1] 0-3s <Subject 1>, the woman in the yellow raincoat, runs in."
+              "\n[Shot 2] 3-6s <Subject 1>, the woman with the black bob, laughs.",
+        soundscape="Rain on canvas.", music="N/A", length=243, ref_images=1, ref_videos=0, ref_video_audios=0,
+        ref_audios=0)
+    return prompt
+
+
+def test_f15_in_the_ref2va_prompt_nodes_output_the_effect_goes_into_shot_1_never_retention_analysis(effects):
+    prompt = ref2va_prompt()
+    text, report = run_prompt(prompt)
+    assert text.index("detailed_description:") < text.index(
+        "[Shot 1] 0-3s embedding:fx_a <Subject 1>, the woman in the yellow raincoat")
+    assert text.count("embedding:") == 1 and report["section"] == "detailed_description"
+    retention = text[text.index("retention_analysis:"):text.index("detailed_description:")]
+    assert "embedding:" not in retention and retention == prompt[prompt.index("retention_analysis:"):
+                                                                 prompt.index("detailed_description:")]
+
+
+@pytest.mark.parametrize(("position", "before"), [
+    ("after_first_shot_tag", "Realistic street scene at dusk. embedding:fx_a The woman runs in."),
+    ("after_first_sentence", "Realistic street scene at dusk. embedding:fx_a The woman runs in."),
+    ("end", "Realistic street scene at dusk. The woman runs in. embedding:fx_a\n\noverall_soundscape:"),
+])
+def test_f15_a_six_section_prompt_without_shot_headings_keeps_the_effect_in_detailed_description(effects, position,
+                                                                                                  before):
+    prompt = ref2va_prompt().replace(
+        "Realistic street scene at dusk.\n[Shot 1] 0-3s <Subject 1>, the woman in the yellow raincoat, runs in.\n"
+        "[Shot 2] 3-6s <Subject 1>, the woman with the black bob, laughs.",
+        "Realistic street scene at dusk. The woman runs in.")
+    text, report = run_prompt(prompt, position=position)
+    assert before in text and report["section"] == "detailed_description"
+    if position == "after_first_shot_tag":
+        (fallback,) = [f for f in report["fallbacks"] if "placed" in f]
+        assert "no shot heading" in fallback and "detailed_description" in fallback
 
 
 # ------------------------------------------------------------------------------------------- F15
@@ -452,8 +512,7 @@ def test_strength_without_clip_is_refused(effects):
 
 @pytest.mark.parametrize(("parses", "outcome"), [(False, "error"), (True, "checked")])
 def test_f15_without_clip_the_hosts_own_tokenizer_is_asked(effects, emb_dir, monkeypatch, parses, outcome):
-    monkeypatch.setattr(fx, "host_loaded", lambda name="folder_paths": name == fx.H3_TOKENIZER_MODULE)
-    monkeypatch.setattr(fx, "_host_h3_tokenizer", lambda folders: StandInMiniMaxH3Tokenizer(
+    monkeypatch.setattr(et, "served_h3_tokenizer", lambda folders: StandInMiniMaxH3Tokenizer(
         list(folders), parse_markers=parses))
     if outcome == "error":
         with pytest.raises(H3KitInputError, match="reads embedding: markers as plain text") as err:
@@ -490,16 +549,59 @@ def test_f15_the_shipped_graph_feeds_prompt_and_clip_from_the_effect_prompt():
     assert lint_effect_markers_reach_the_encoder(graph, {}) == []
 
 
-def test_f15_an_encoder_taking_the_raw_clip_is_an_error_offline_and_at_run_time(effects, emb_dir):
+def bypassed() -> tuple[dict, str, str]:
+    """The shipped effects graph with MiniMaxH3ImageToVideo taking the loader's clip, not the effect prompt's."""
     graph = shipped()
     effect_id = next(k for k, n in graph.items() if n["class_type"] == "H3KitEffectPrompt")
     encoder_id = next(k for k, n in graph.items() if n["class_type"] == "MiniMaxH3ImageToVideo")
     graph[encoder_id]["inputs"]["clip"] = graph[effect_id]["inputs"]["clip"]
+    return graph, effect_id, encoder_id
+
+
+def test_f15_an_encoder_taking_the_raw_clip_is_a_warning_naming_both_hosts_offline():
+    # Issue 30 row 8: offline nothing says whether the host parses markers (#15697), so never an error.
+    graph, _, encoder_id = bypassed()
     (problem,) = lint_effect_markers_reach_the_encoder(graph, {})
-    assert problem.severity == "error" and problem.node_id == encoder_id and "'clip' output" in problem.fix
-    with pytest.raises(H3KitInputError, match="not from H3KitEffectPrompt's clip output"):
+    assert problem.severity == "warning" and problem.node_id == encoder_id and "'clip' output" in problem.fix
+    assert "#15697" in problem.message and "0.33.0" in problem.message and "plain text" in problem.message
+    assert "every host" in problem.fix
+
+
+def test_f15_an_encoder_taking_the_raw_clip_stops_the_node_where_the_host_reads_markers_as_text(effects, emb_dir):
+    graph, effect_id, _ = bypassed()
+    with pytest.raises(H3KitInputError, match="not from H3KitEffectPrompt's clip output") as err:
         prompt_node(clip=h3_clip(emb_dir), graph=graph, unique_id=effect_id)
+    assert "reads embedding: markers as plain text" in str(err.value)
     assert prompt_node(clip=h3_clip(emb_dir), graph=shipped(), unique_id=effect_id)[2] is not None
+
+
+def test_f15_where_the_host_parses_markers_the_raw_clip_works_and_the_report_says_so(effects, emb_dir):
+    graph, effect_id, encoder_id = bypassed()
+    _, report, clip = prompt_node(clip=h3_clip(emb_dir, parse_markers=True), graph=graph, unique_id=effect_id)
+    assert clip is not None and report["warnings"] == []
+    assert report["encoders"] == {encoder_id: "MiniMaxH3ImageToVideo: clip of node 3 (this host's MiniMax-H3 "
+                                              "tokenizer parses the markers itself)"}
+    _, report, _ = prompt_node(clip=h3_clip(emb_dir), graph=shipped(), unique_id=effect_id)
+    assert report["encoders"] == {encoder_id: "MiniMaxH3ImageToVideo: this node's clip output"}
+
+
+def test_f15_where_the_host_parses_markers_a_strength_the_raw_clip_would_lose_stops_the_node(effects, emb_dir):
+    graph, effect_id, _ = bypassed()
+    graph[effect_id]["inputs"]["strength"] = 0.5
+    with pytest.raises(H3KitInputError, match="strength 0.5 would be lost"):
+        prompt_node(clip=h3_clip(emb_dir, parse_markers=True), strength=0.5, graph=graph, unique_id=effect_id)
+
+
+def test_f15_without_clip_on_a_host_that_parses_markers_the_node_works_and_says_which_path(effects, emb_dir,
+                                                                                          monkeypatch):
+    graph, effect_id, encoder_id = bypassed()
+    del graph[effect_id]["inputs"]["clip"]
+    monkeypatch.setattr(et, "served_h3_tokenizer", lambda folders: StandInMiniMaxH3Tokenizer(
+        list(folders), parse_markers=True))
+    text, report, clip = prompt_node(graph=graph, unique_id=effect_id)
+    assert clip is None and "embedding:fx_a" in text and report["warnings"] == []
+    assert report["markers_resolved_by"] == "the host's MiniMax-H3 tokenizer (checked: it parses markers)"
+    assert "parses the markers itself" in report["encoders"][encoder_id]
 
 
 def test_f15_no_clip_into_the_effect_prompt_is_a_warning_offline():
@@ -528,20 +630,29 @@ def test_a_host_tokenizer_that_cannot_be_asked_is_a_visible_fallback(effects, mo
     def broken(folders):
         raise OSError("qwen25_tokenizer/vocab.json missing")
 
-    monkeypatch.setattr(fx, "host_loaded", lambda name="folder_paths": name == fx.H3_TOKENIZER_MODULE)
-    monkeypatch.setattr(fx, "_host_h3_tokenizer", broken)
+    monkeypatch.setattr(et, "served_h3_tokenizer", broken)
     _, report, _ = prompt_node()
     assert report["markers_resolved_by"] == "not checked"
     assert any("OSError" in f and "vocab.json" in f for f in report["fallbacks"])
 
 
-def test_f15_a_marker_typed_into_the_h3_node_is_flagged():
+@pytest.mark.parametrize("through_primitive", [False, True])
+def test_f15_a_marker_typed_into_the_h3_node_is_a_warning_naming_both_hosts(through_primitive):
+    # The official templates document typing embedding:<name> into the prompt (ComfyUI#15697): it works on hosts
+    # with that change and is text on 0.33.0, so offline it is a warning that says both, never a demand.
     graph = shipped()
     encoder_id = next(k for k, n in graph.items() if n["class_type"] == "MiniMaxH3ImageToVideo")
-    graph[encoder_id]["inputs"]["prompt"] = "A cat. embedding:fx_a It jumps."
+    text = "A cat. embedding:fx_a It jumps."
+    if through_primitive:
+        graph["90"] = {"class_type": "PrimitiveStringMultiline", "inputs": {"value": text}}
+        graph[encoder_id]["inputs"]["prompt"] = ["90", 0]
+    else:
+        graph[encoder_id]["inputs"]["prompt"] = text
     graph[encoder_id]["inputs"]["clip"] = ["3", 0]
     problems = lint_effect_markers_reach_the_encoder(graph, {})
-    assert [(p.node_id, p.input) for p in problems] == [(encoder_id, "prompt")]
+    assert [(p.node_id, p.input, p.severity) for p in problems] == [(encoder_id, "prompt", "warning")]
+    assert "#15697" in problems[0].message and "0.33.0" in problems[0].message
+    assert problems[0].fix.startswith("on a host with #15697 nothing is needed")
 
 
 # ------------------------------------------------------------------------------------------- splice

@@ -130,11 +130,32 @@ def test_f15_shipped_effects_graph_carries_the_rows_after_shot_1_scaled_once(pro
     assert run["native_parse_length"] == run["shape"][1] and run["native_rows_at_same_index"]
 
 
-def test_f15_the_hosts_own_tokenizer_reads_the_marker_as_text_which_h3kit_reports(probe):
+def test_f15_h3kit_reports_what_the_hosts_own_tokenizer_does_with_the_marker(probe):
+    # Capability, not version: 0.33.0 reads the marker as text; a host with Comfy-Org/ComfyUI#15697 (yzkee @783545f6)
+    # parses it. Either way the clip output carries the rows (test above); the report names the host's behaviour.
     run = probe["strength_1.0"]
-    assert run["outer_reads_marker_as_text"] and len(run["literal_marker_ids"]) > 1
-    assert run["markers_resolved_by"] == \
-        "H3Kit's clip output (this host's MiniMax-H3 tokenizer reads markers as plain text)"
+    if run["outer_reads_marker_as_text"]:
+        assert len(run["literal_marker_ids"]) > 1
+        assert run["markers_resolved_by"] == \
+            "H3Kit's clip output (this host's MiniMax-H3 tokenizer reads markers as plain text)"
+    else:
+        assert run["markers_resolved_by"].startswith("the host's MiniMax-H3 tokenizer (it parses markers)")
+    assert probe["markers"]["parses_markers"] is not run["outer_reads_marker_as_text"]
+
+
+def test_f15_an_encoder_bypassing_the_effect_prompts_clip_is_judged_by_the_hosts_tokenizer(probe):
+    # Issue 30 row 8 on the real classes: where the host reads markers as text, the node stops naming the fix; where
+    # it parses them, the graph works as wired and the report says which clip each encoder uses.
+    markers = probe["markers"]
+    for with_clip in ("clip_True", "clip_False"):
+        outcome = markers[with_clip]
+        if markers["parses_markers"]:
+            assert outcome["ok"] and not [w for w in outcome["warnings"] if "clip" in w], outcome
+            assert outcome["encoders"] == {"7": "MiniMaxH3ImageToVideo: clip of node 3 (this host's MiniMax-H3 "
+                                                "tokenizer parses the markers itself)"}, outcome
+        else:
+            assert not outcome["ok"] and "reads embedding: markers as plain text" in outcome["error"], outcome
+            assert "'clip' output" in outcome["error"]
 
 
 def test_splice_cross_check_works_against_the_real_tokenizer(probe):
@@ -152,3 +173,46 @@ def test_standins_match_the_real_classes(probe):
         assert standins[kind] and all(standins[kind]), (kind, standins[kind])
     assert standins["inner_class"] == "Qwen3VLSDTokenizer"
     assert {"vocab.json", "merges.txt"} <= set(standins["tokenizer_files"])
+
+
+# ------------------------------------------------------------------------------------------- dialogue tokens (row 6)
+UPSTREAM_IDS = {"<d>": 151669, "</d>": 151670, "<|cutoff|>": 151671, "<|lyrics_start|>": 151672,
+                "<|lyrics_end|>": 151673, "<|caption_start|>": 151674, "<|caption_end|>": 151675}
+
+
+def test_the_dialogue_token_ids_are_what_the_hosts_own_qwen_tokenizer_assigns_upstreams_seven(probe):
+    assert probe["dialogue"]["oracle_table"] == UPSTREAM_IDS
+    assert probe["dialogue"]["oracle_native"]  # the capability check recognises an upstream (#15808) tokenizer
+
+
+def test_h3kits_copy_reads_dialogue_with_upstreams_ids_on_the_real_tokenizer(probe):
+    dialogue = probe["dialogue"]
+    assert dialogue["prepared_native"] and all(dialogue["prepared_equals_oracle"]), dialogue
+    assert dialogue["no_dialogue_unchanged"]
+    assert dialogue["shipped_prompt_ids"] == 2  # the shipped Ref2VA prompt's two <d> lines: two 151669 ids
+
+
+def test_the_ref2va_prompt_nodes_clip_output_on_the_real_tokenizer(probe):
+    dialogue = probe["dialogue"]
+    assert dialogue["ref2va_clip_equals_oracle"] and dialogue["ref2va_warnings"] == []
+    assert dialogue["ref2va_clip_is_input_on_upstream"]
+    assert dialogue["ref2va_upstream_report"] == ("the text encoder's tokenizer reads <d>, </d> as one token each "
+                                                  "(151669, 151670, as upstream Comfy-Org/ComfyUI#15808)")
+    if dialogue["host_native"]:
+        assert dialogue["ref2va_report"] == dialogue["ref2va_upstream_report"]
+    else:
+        # 0.33.0 and yzkee @783545f6: "<d>" is two BPE pieces ('<d', '>'), "</d>" three ('</', 'd', '>')
+        assert dialogue["host_ids"]["<d>"] == [90707, 29] and len(dialogue["host_ids"]["</d>"]) > 1
+        assert all(dialogue["host_differs_from_oracle"][:-1]) and not dialogue["host_differs_from_oracle"][-1]
+        assert dialogue["ref2va_report"].startswith("fixed by this node's clip output: this host's tokenizer splits "
+                                                    "them into BPE pieces (<d> -> [90707, 29], </d> -> ")
+
+
+def test_the_effect_prompts_clip_output_reads_markers_and_dialogue_as_upstream_on_the_real_tokenizer(probe):
+    dialogue = probe["dialogue"]
+    assert dialogue["effect_equals_upstream"] and dialogue["effect_rows"] == ROWS
+    assert ("fixed by this node's clip output" in dialogue["effect_report"]) is not dialogue["host_native"]
+
+
+def test_the_upstream_standin_matches_the_real_tokenizer_given_upstreams_tokens(probe):
+    assert probe["standins"]["dialogue"] and all(probe["standins"]["dialogue"])

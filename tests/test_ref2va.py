@@ -90,7 +90,7 @@ def test_published_example_composes_verbatim_and_passes():
 
 
 def test_node_outputs_the_six_sections_in_fixed_order_and_a_report():
-    prompt, report = H3KitRef2VAPrompt().compose(length=243, strict=True, **TWO, **TWO_COUNTS)
+    prompt, report, _ = H3KitRef2VAPrompt().compose(length=243, strict=True, **TWO, **TWO_COUNTS)
     headers = [line[:-1] for line in prompt.split("\n") if line.endswith(":") and line[:-1] in SECTIONS]
     assert headers == ["subject_definitions", "summary", "retention_analysis", "detailed_description",
                        "overall_soundscape", "non_diegetic_music"]
@@ -112,7 +112,7 @@ def test_strict_raises_naming_section_and_line():
 
 
 def test_strict_false_composes_and_lists_problems_as_warnings():
-    prompt, report = H3KitRef2VAPrompt().compose(length=240, strict=False, **TWO, **TWO_COUNTS)
+    prompt, report, _ = H3KitRef2VAPrompt().compose(length=240, strict=False, **TWO, **TWO_COUNTS)
     assert "detailed_description:" in prompt
     data = json.loads(report)
     assert data["problems"] == 1 and "length 240" in data["warnings"][0]
@@ -226,7 +226,7 @@ def test_length_beyond_the_trained_range_is_a_warning_not_a_stop(length):
     problems, notes = lint_all(length=length)
     assert problems == []
     assert "beyond H3's trained range (up to 362 = 15.08 s)" in only(notes, f"length {length}").message
-    prompt, report = H3KitRef2VAPrompt().compose(length=length, strict=True, **TWO, **TWO_COUNTS)
+    prompt, report, _ = H3KitRef2VAPrompt().compose(length=length, strict=True, **TWO, **TWO_COUNTS)
     data = json.loads(report)
     assert data["problems"] == 0 and any("trained range" in w for w in data["warnings"])
 
@@ -310,7 +310,7 @@ def test_every_kind_at_its_maximum_at_once_composes():
     problems, notes = lint_refs(9, 3, 3, 3)
     assert problems == []
     assert {p.input_name for p in notes} == {"ref_audios", "ref_images"}  # 6 audio clips, 18 files: warnings only
-    prompt, report = H3KitRef2VAPrompt().compose(length=243, strict=True, **refs_fields(9, 3, 6),
+    prompt, report, _ = H3KitRef2VAPrompt().compose(length=243, strict=True, **refs_fields(9, 3, 6),
                                                  **counts_of(9, 3, 3, 3))
     data = json.loads(report)
     assert data["references"] == counts_of(9, 3, 3, 3) and data["problems"] == 0
@@ -336,7 +336,7 @@ def test_each_count_input_takes_the_hosts_slots_n_minus_1_n_n_plus_1(kind):
     assert (spec["min"], spec["max"]) == (0, n)
     for value in (n - 1, n):
         counts = valid_counts(**{kind: value})
-        _, report = H3KitRef2VAPrompt().compose(length=243, strict=True, **fields_for(counts), **counts)
+        _, report, _ = H3KitRef2VAPrompt().compose(length=243, strict=True, **fields_for(counts), **counts)
         assert json.loads(report)["references"][kind] == value
     for bad in (n + 1, -1):
         with pytest.raises(H3KitInputError, match=rf"'{kind}'.*0\.\.{n}"):
@@ -513,8 +513,20 @@ def test_two_character_workflow_matches_the_issue(offline):
     sched = next(n for n in graph.values() if n["class_type"] == "BasicScheduler")["inputs"]
     sampler = next(n for n in graph.values() if n["class_type"] == "KSamplerSelect")["inputs"]
     assert (sched["scheduler"], sched["steps"], sampler["sampler_name"]) == ("simple", 14, "res_multistep")
-    prompt_inputs = graph[ref["prompt"][0]]["inputs"]
+    prompt_inputs = {k: v for k, v in graph[ref["prompt"][0]]["inputs"].items() if k != "clip"}
     H3KitRef2VAPrompt().compose(**prompt_inputs)  # the shipped prompt passes its own strict check
+
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+def test_shipped_ref2va_graphs_encode_through_the_prompt_nodes_clip_output(name):
+    # Issue 30 row 6: the encoder's clip is H3KitRef2VAPrompt's clip output (dialogue tokens read as upstream where the
+    # host splits them), and the text encoder feeds that node's clip input.
+    graph = json.loads((PACK / "workflows" / "api" / name).read_text(encoding="utf-8"))
+    ref = next(n for n in graph.values() if n["class_type"] == "MiniMaxH3ReferenceToVideo")["inputs"]
+    prompt_id = ref["prompt"][0]
+    assert ref["clip"] == [prompt_id, 2]
+    loader = graph[graph[prompt_id]["inputs"]["clip"][0]]
+    assert loader["class_type"] == "CLIPLoader" and loader["inputs"]["type"] == "minimax"
 
 
 def _two_characters(offline):
@@ -721,7 +733,15 @@ def test_prompt_node_runs_on_the_real_server(comfyui_server):
     assert entry["status"]["status_str"] == "success"
     prompt = entry["outputs"]["2"]["text"][0]
     assert prompt.startswith("subject_definitions:\n<Subject 1>") and "[Shot 3] 6-10s" in prompt
-    assert json.loads(entry["outputs"]["3"]["text"][0])["problems"] == 0
+    report = json.loads(entry["outputs"]["3"]["text"][0])
+    assert report["problems"] == 0
+    if comfyui_server.has(NATIVE_H3):  # issue 30 row 6: no clip, so the node asks this server's own H3 tokenizer
+        dialogue = report["dialogue_tokens"]
+        if dialogue.startswith("split by this ComfyUI's MiniMax-H3 tokenizer (<d> -> ["):
+            (warning,) = report["warnings"]
+            assert "#15808" in warning and "H3KitRef2VAPrompt's 'clip' input" in warning
+        else:
+            assert dialogue.startswith("this ComfyUI's MiniMax-H3 tokenizer reads <d>, </d> as one token each")
 
     bad = copy.deepcopy(graph)
     bad["1"]["inputs"]["length"] = 240

@@ -145,6 +145,9 @@ def test_ref2va_two_characters_graph_runs_to_its_mp4_with_both_pictures_referenc
     (prompt,) = nodes_of(graph, "H3KitRef2VAPrompt")
     report = report_shown(entry, graph, [prompt, 1])
     assert report["problems"] == 0 and report["warnings"] == [] and report["references"]["ref_images"] == 2, report
+    # Issue 30 row 6: the encoder takes the prompt node's clip, which reads <d> </d> as upstream (#15808) does
+    assert report["dialogue_tokens"].startswith(("fixed by this node's clip output", "the text encoder's tokenizer "
+                                                 "reads <d>, </d> as one token each")), report
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ SPLICE = ("tests/test_effects.py",)
 LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/test_lowvram*.py")))
 RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
 HOST = ("tests/test_host_layout.py", "tests/test_run.py", "tests/test_server_routes.py")
+EFFECTS = ("tests/test_effects.py", "tests/test_h3_prompt.py", "tests/test_dialogue_tokens.py")
 RULES = ("tests/test_facts.py", "tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py",
          "tests/test_pipeline.py", "tests/test_f23_refine_scope.py")
 F23_SCOPE = ("tests/test_f23_refine_scope.py",)
@@ -147,4 +148,20 @@ MUTANTS: list[Mutant] = [
            "        ratio = min(across, down)", "        ratio = max(across, down)", ("tests/test_frame_patterns.py",)),
     Mutant("M38", "tile check satisfied by a repeat in one direction (a split screen)", "kernels/frames.py",
            "        error = max(min(", "        error = min(min(", ("tests/test_frame_patterns.py",)),
+    # ------------------------------------------------------------------ issue 30: effects and dialogue on every host
+    Mutant("M39", "effect placed after the first [Shot k] anywhere (a reference sentence, retention_analysis)",
+           "checks/h3_prompt.py", "            return header.end(), end, DESCRIPTION_SECTION",
+           "            return 0, len(text), None", EFFECTS),
+    Mutant("M40", "a [Shot k] inside a sentence counts as a heading", "checks/h3_prompt.py",
+           "    found = {match.end() for match in CLAUSE_START.finditer(text, start, end)}",
+           "    found = set(range(start, end))", EFFECTS),
+    Mutant("M41", "offline, an encoder bypassing the effect prompt's clip is an error (wrong on hosts with #15697)",
+           "checks/rules_lints.py",
+           '                       severity="error" if host_parses_markers is False else "warning")\n    why =',
+           '                       severity="error")\n    why =', EFFECTS),
+    Mutant("M42", "dialogue token ids one off upstream's", "nodes/effect_tokens.py",
+           "            ids.append(DIALOGUE[match.group(0)])", "            ids.append(DIALOGUE[match.group(0)] + 1)",
+           EFFECTS),
+    Mutant("M43", "the dialogue fix never applied (the host's split tokens handed on)", "nodes/effect_tokens.py",
+           "    prepared = with_dialogue_tokens(node, clip_tokenizer)\n", "    prepared = clip_tokenizer\n", EFFECTS),
 ]
