@@ -29,6 +29,7 @@ SPLICE = ("tests/test_effects.py",)
 LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/test_lowvram*.py")))
 RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
 HOST = ("tests/test_host_layout.py", "tests/test_run.py", "tests/test_server_routes.py")
+TYPES = ("tests/test_host_types.py",)
 RULES = ("tests/test_facts.py", "tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py",
          "tests/test_pipeline.py")
 
@@ -127,4 +128,15 @@ MUTANTS: list[Mutant] = [
            '    if position != "correct":\n        return Check(FAIL, "comfyui version", f"{text}")\n'
            '    if position == "correct":\n        return Check(PASS, "comfyui version", f"{text}; refine node(s)',
            ("tests/test_doctor.py",)),
+    # ------------------------------------------------------------------ issue 30: the host's type system
+    Mutant("M32", "MatchType links judged by their type string", "checks/node_inputs.py",
+           "if ANY_TYPE in (received, expected) or MATCH_TYPE in (received, expected):",
+           "if ANY_TYPE in (received, expected):", TYPES),
+    Mutant("M33", "a named Autogrow template read as numbered slots", "checks/node_inputs.py",
+           '    if isinstance(group.get("names"), list):\n        return tuple(str(n) for n in group["names"][:MAX_SLOTS]), None',
+           '    if False:\n        return tuple(str(n) for n in group["names"][:MAX_SLOTS]), None', TYPES),
+    Mutant("M34", "errors of nodes no output depends on kept as errors", "checks/validator.py",
+           "if p.severity == ERROR and p.node_id not in runs", "if p.severity == ERROR and p.node_id in ()", TYPES),
+    Mutant("M35", "the host's 100-slot cap dropped for named templates", "checks/node_inputs.py",
+           'group["names"][:MAX_SLOTS]', 'group["names"]', TYPES),
 ]
