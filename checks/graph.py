@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from .facts import PRIMITIVE_MAX_HOPS
-from .node_inputs import AUTOGROW, DYNAMIC_COMBO, autogrow_template, option_keys
+from .node_inputs import AUTOGROW_HEADS, DYNAMIC_COMBO, autogrow_group, option_keys
 from .problem import Problem, printable
+from .schemas import UNREADABLE
 
 PRIMITIVE_VALUE_NODES = frozenset({"PrimitiveInt", "PrimitiveFloat", "PrimitiveString", "PrimitiveStringMultiline",
                                    "PrimitiveBoolean", "PrimitiveNode"})
@@ -62,20 +63,21 @@ def input_kind(spec: Any) -> tuple[str, dict]:
         return "COMBO", {**opts, "options": head}
     if head == DYNAMIC_COMBO:  # options are {"key": ..., "inputs": ...} objects; the prompt sends the key
         return "COMBO", {**opts, "options": option_keys(opts.get("options"))}
-    if head == AUTOGROW:  # the live shape, as the pinned file normalises it: prefix/min/max/types
+    if head in AUTOGROW_HEADS:  # the group spelled out: slot names, prefix, min, max, slot types
         return "AUTOGROW", autogrow_options(opts)
     return str(head), opts
 
 
 def autogrow_options(opts: dict) -> dict:
-    """A live Autogrow spec's options in the pinned file's normalised shape (prefix, min, max, slot types)."""
-    template = autogrow_template(opts)
-    if template is None:
+    """An Autogrow spec's options with its group spelled out (node_inputs.autogrow_group): slot `names`, `prefix`
+    (None for a named template), `min`, `max` (the number of slots) and the slot `types`."""
+    group = autogrow_group(opts)
+    if group is None:
         return opts
-    names, minimum, spec, _ = template
-    prefix = opts["template"].get("prefix", "")
-    types = str(spec[0]).split(",") if isinstance(spec[0], str) else ["COMBO"]
-    return {**opts, "prefix": prefix, "min": minimum, "max": len(names), "types": types, "names": names}
+    head = group.spec[0]
+    types = [t.strip() for t in head.split(",")] if isinstance(head, str) else ["COMBO"]
+    return {**opts, "names": list(group.names), "prefix": group.prefix, "min": group.minimum,
+            "max": len(group.names), "types": types}
 
 
 def nodes_of(graph: dict, *class_types: str) -> Iterable[tuple[str, dict]]:
@@ -133,6 +135,20 @@ def ancestors(graph: dict, start_ids: Iterable[str]) -> set[str]:
         found.add(nid)
         stack.extend(str(v[0]) for v in inputs_of(graph[nid]).values() if is_link(v))
     return found
+
+
+def executed_nodes(graph: dict, schemas: dict) -> set[str]:
+    """The nodes ComfyUI runs and its /prompt validates: output nodes and everything upstream of them (execution.py
+    validate_prompt starts from the output nodes; a node no output depends on is neither checked nor run). A node
+    whose type the schemas lack or could not read counts as an output: it may be one."""
+    roots = []
+    for nid, node in graph.items():
+        if not isinstance(node, dict):
+            continue
+        info = schemas.get(node.get("class_type")) if isinstance(node.get("class_type"), str) else None
+        if not isinstance(info, dict) or info.get("output_node") is True or UNREADABLE in info:
+            roots.append(nid)
+    return ancestors(graph, roots)
 
 
 def upstream_of_inputs(graph: dict, node: dict, input_names: Iterable[str]) -> set[str]:

@@ -1,8 +1,9 @@
 """Validate rules for Ref2VA graphs: Autogrow reference inputs in API form, VAEs, prompt counts vs wiring.
 
 API-format prompts carry a V3 Autogrow group as one dotted key per slot: the core expands the group's
-template into `finalize_prefix([group], prefix + i)` = `"ref_images.ref_image_0"`, ... and looks those
-keys up in the node's inputs (comfy_api/latest/_io.py, Autogrow._expand_schema_for_dynamic). A list of
+template into `<group>.<slot name>`, numbered (TemplatePrefix: "ref_images.ref_image_0", ...) or named
+(TemplateNames: ComfyMathExpression's "values.a" .. "values.z"), and looks those keys up in the node's inputs
+(comfy_api/latest/_io.py, Autogrow._expand_schema_for_dynamic; node_inputs.autogrow_group here). A list of
 links under the bare group name (the shape some guides copy from UI workflows) matches no slot, so the
 references never arrive and the node runs without them. Each rule: (graph, schemas) -> [Problem].
 """
@@ -14,7 +15,9 @@ import re
 from re import compile as regex
 
 from .graph import input_kind, is_link
+from .node_inputs import SECTIONS
 from .problem import Problem
+from .schemas import did_you_mean
 
 REF2VA = "MiniMaxH3ReferenceToVideo"
 PROMPT_NODE = "H3KitRef2VAPrompt"
@@ -22,63 +25,84 @@ VISUAL_GROUPS = ("ref_images", "ref_videos")
 AUDIO_GROUPS = ("ref_video_audios", "ref_audios")
 
 
-AUTOGROW_KINDS = ("AUTOGROW", "COMFY_AUTOGROW_V3")  # the pinned schemas' name, and what /object_info serves
-
-
 def autogrow_groups(info: dict) -> dict[str, dict]:
-    """{group name: {"prefix", "min", "max", ...}} for every Autogrow input of a node schema, in either layout:
-    pinned (options at the top level) or served by /object_info (ComfyUI 0.33.0: under "template")."""
+    """{group name: its spelled-out options (checks.graph.autogrow_options: "names", "prefix" (None for a named
+    template), "min", "max", "types")} for every top-level Autogrow input of a node schema, served (`template`) or
+    pinned-normalised. The slot names come from node_inputs.autogrow_group, the one source."""
     groups = {}
-    for section in ("required", "optional"):
-        for name, spec in info.get("input", {}).get(section, {}).items():
+    sections = info.get("input") if isinstance(info.get("input"), dict) else {}
+    for section in SECTIONS:
+        entries = sections.get(section) if isinstance(sections.get(section), dict) else {}
+        for name, spec in entries.items():
             kind, opts = input_kind(spec)
-            if kind in AUTOGROW_KINDS:
-                template = opts.get("template") if isinstance(opts.get("template"), dict) else {}
-                groups[name] = {**template, **{k: v for k, v in opts.items() if k != "template"}}
+            if kind == "AUTOGROW" and "names" in opts:
+                groups[name] = opts
     return groups
 
 
-def _dotted_fix(group: str, prefix: str, links: list) -> str:
-    keys = ", ".join(f'"{group}.{prefix}{i}": {json.dumps(link)}' for i, link in enumerate(links))
+def slots_text(group: str, names: list[str]) -> str:
+    """The slot keys of a group as a message shows them: all of a few, else the first and the last."""
+    keys = [f"{group}.{n}" for n in names]
+    return ", ".join(keys) if len(keys) <= 4 else f"{keys[0]} .. {keys[-1]}"
+
+
+def _dotted_fix(group: str, names: list[str], links: list) -> str:
+    keys = ", ".join(f'"{group}.{name}": {json.dumps(link)}' for name, link in zip(names, links, strict=False))
     return f"write one dotted key per reference: {keys}"
 
 
 def lint_autogrow_api_form(graph: dict, schemas: dict) -> list[Problem]:
-    """A list of links under the group name, or a misspelled dotted slot, silently drops references."""
+    """A list of links under the group name, or a dotted key that is no slot of the group, silently drops inputs:
+    the host reads exactly `<group>.<slot name>` (numbered or named templates alike) and ignores the rest."""
     problems = []
     for nid, node in graph.items():
         if not isinstance(node, dict):
             continue
         ct = node.get("class_type")
-        groups = autogrow_groups(schemas.get(ct, {}))
+        info = schemas.get(ct) if isinstance(ct, str) else None
         inputs = node.get("inputs", {}) if isinstance(node.get("inputs"), dict) else {}
-        for group, opts in groups.items():
-            prefix, top = opts.get("prefix", ""), int(opts.get("max", 0))
+        for group, opts in (autogrow_groups(info) if isinstance(info, dict) else {}).items():
+            names = opts["names"]
             if group in inputs:
                 value = inputs[group]
                 links = [value] if is_link(value) else value if isinstance(value, list) else []
-                links = [link for link in links if is_link(link)][:top] or [["<node id>", 0]]
+                links = [link for link in links if is_link(link)][:len(names)] or [["<node id>", 0]]
                 problems.append(Problem(
                     str(nid), ct, group, value,
                     f"the Autogrow group '{group}' is written as a list of links (UI-workflow form); the API prompt "
-                    f"reads one dotted key per slot, so ComfyUI ignores this and runs without these references",
-                    _dotted_fix(group, prefix, links)))
-            valid = {f"{group}.{prefix}{i}" for i in range(top)}
-            for name in inputs:
-                if name.startswith(group + ".") and name not in valid:
-                    problems.append(Problem(
-                        str(nid), ct, name, inputs[name],
-                        f"'{name}' is not a slot of '{group}' (slots: {group}.{prefix}0 .. {group}.{prefix}{top - 1}); "
-                        "ComfyUI ignores it and the reference never arrives",
-                        f"rename it to {group}.{prefix}<0..{top - 1}>"))
-            used = sorted(int(name.rsplit("_", 1)[-1]) for name in inputs if name in valid)
-            if used and used != list(range(len(used))):
-                problems.append(Problem(
-                    str(nid), ct, group, [f"{group}.{prefix}{i}" for i in used],
+                    f"reads one dotted key per slot, so ComfyUI ignores this and runs without these inputs",
+                    _dotted_fix(group, names, links)))
+            problems += _stray_slots(str(nid), ct, inputs, group, names, opts.get("prefix"))
+            if ct == REF2VA and opts.get("prefix") is not None:
+                problems += _slot_numbering(str(nid), ct, inputs, group, opts["prefix"], names)
+    return problems
+
+
+def _stray_slots(nid: str, ct: str, inputs: dict, group: str, names: list[str], prefix: str | None) -> list[Problem]:
+    valid = {f"{group}.{n}" for n in names}
+    problems = []
+    for name in inputs:
+        if not name.startswith(group + ".") or name in valid:
+            continue
+        near = None if prefix is not None else did_you_mean(name, valid)
+        fix = (f"rename it to {group}.{prefix}<0..{len(names) - 1}>" if prefix is not None and names
+               else f"rename it to {near}" if near else f"use one of the slots {slots_text(group, names)}")
+        problems.append(Problem(nid, ct, name, inputs[name],
+                                f"'{name}' is not a slot of '{group}' (slots: {slots_text(group, names)}); ComfyUI "
+                                "ignores it and the input never arrives", fix))
+    return problems
+
+
+def _slot_numbering(nid: str, ct: str, inputs: dict, group: str, prefix: str, names: list[str]) -> list[Problem]:
+    """The Ref2VA node numbers its references in slot order (<Picture 1> is the first wired slot), so a gap shifts
+    the labels the prompt uses. Only numbered (prefix) templates: named slots carry no number."""
+    used = [i for i, name in enumerate(names) if f"{group}.{name}" in inputs]
+    if not used or used == list(range(len(used))):
+        return []
+    return [Problem(nid, ct, group, [f"{group}.{names[i]}" for i in used],
                     f"slots {used} are not numbered from 0 without gaps; the core numbers references in slot order, "
                     f"so the labels in the prompt shift (slot {used[0]} becomes number 1)",
-                    f"use {group}.{prefix}0 .. {group}.{prefix}{len(used) - 1}", severity="warning"))
-    return problems
+                    f"use {group}.{prefix}0 .. {group}.{prefix}{len(used) - 1}", severity="warning")]
 
 
 def slot_prefix(group: str) -> str:

@@ -6,6 +6,7 @@ caller, who has imported the nodes: checks/ never imports nodes/), or a live ser
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import node_inputs
+from .invocation import command
 
 PACK_ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS_DIR = PACK_ROOT / "workflows"
@@ -59,15 +61,127 @@ def class_info(node_id: str, cls: type) -> dict[str, Any]:
     }
 
 
+MIN_SHARED_SPEC_CHARS = 24  # a spec shorter than this in JSON costs less written out than as an index
+PINNED_CONVENTIONS = {
+    "specs": "an integer where an input section holds a spec is an index into the document's 'specs' (a spec "
+             "repeated across nodes is stored once; a stored spec refers only to earlier ones)",
+    "AUTOGROW": "V3 io.Autogrow as served: ['COMFY_AUTOGROW_V3', {'template': {'input': {...}, 'prefix', 'min', "
+                "'max'}}] (TemplatePrefix: API keys '<group>.<prefix><i>') or {'template': {'input', 'names', 'min'}} "
+                "(TemplateNames: API keys '<group>.<name>', e.g. ComfyMathExpression 'values.a')",
+    "version": "the ComfyUI release whose layout the entry is: the oldest host read whose entry is the same "
+               "(what a difference on an older host is measured against)",
+    "older": "for a node an older host read serves differently: {host: {'version', and that host's input and "
+             "outputs}} (SaveVideo on 0.33.0: format combo + codec DynamicCombo)",
+    "validate_inputs": "not served by /object_info: the inputs the node's own validate function takes, whose "
+                       "min/max and option checks /prompt skips ('*': all; 'input_types': the link types too); read "
+                       "from the hosts' source",
+    "seen_in": "the oldest ComfyUI release known to serve the node: the hosts read, and for the nodes pinned "
+               "before, the older test hosts v0.3.64 and 0.12.1",
+}
+
+
 @lru_cache(maxsize=1)
 def core_document() -> dict[str, Any]:
-    return json.loads(CORE_SCHEMA_FILE.read_text(encoding="utf-8"))
+    return unpack_specs(json.loads(CORE_SCHEMA_FILE.read_text(encoding="utf-8")))
+
+
+def map_sections(sections: Any, change_spec) -> Any:
+    """An input-section dict ({"required": {name: spec}, ...}) with `change_spec` applied to every spec in it."""
+    if not isinstance(sections, dict):
+        return sections
+    return {section: ({name: change_spec(spec) for name, spec in entries.items()}
+                      if section in node_inputs.SECTIONS and isinstance(entries, dict) else entries)
+            for section, entries in sections.items()}
+
+
+def _spec_key(spec: Any) -> str:
+    return json.dumps(spec, separators=(",", ":"), ensure_ascii=False)
+
+
+def pack_specs(nodes: Mapping[str, dict]) -> tuple[list, dict[str, dict]]:
+    """(shared specs, nodes whose repeated input specs are indices into them): the pinned file's compact form.
+    A spec that occurs more than once (at any nesting level) and is at least MIN_SHARED_SPEC_CHARS long is stored
+    once; nested specs are shared before the specs that hold them, so an entry refers only to earlier ones."""
+    counts: dict[str, int] = {}
+
+    def count(spec: Any) -> Any:
+        counts[_spec_key(spec)] = counts.get(_spec_key(spec), 0) + 1
+        if isinstance(spec, list):
+            node_inputs.map_nested_sections(spec, lambda sections: map_sections(sections, count))
+        return spec
+
+    for entry in nodes.values():
+        map_sections(entry.get("input"), count)
+    shared: list = []
+    index: dict[str, int] = {}
+
+    def pack(spec: Any) -> Any:
+        key = _spec_key(spec)
+        inner = node_inputs.map_nested_sections(spec, lambda sections: map_sections(sections, pack)) \
+            if isinstance(spec, list) else spec
+        if counts.get(key, 0) < 2 or len(key) < MIN_SHARED_SPEC_CHARS:
+            return inner
+        if key not in index:
+            index[key] = len(shared)
+            shared.append(inner)
+        return index[key]
+
+    packed = {name: {**entry, "input": map_sections(entry.get("input"), pack)} if "input" in entry else entry
+              for name, entry in nodes.items()}
+    return shared, packed
+
+
+def unpack_specs(document: dict[str, Any]) -> dict[str, Any]:
+    """The pinned document with every spec index replaced by its spec (pack_specs' inverse). A stored spec may
+    refer only to earlier ones, so a broken file fails here, at once, instead of looping."""
+    stored = document.get("specs", [])
+    resolved: list = []
+
+    def unpack(spec: Any) -> Any:
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            if not 0 <= spec < len(resolved):
+                raise ValueError(f"{CORE_SCHEMA_FILE.name}: spec index {spec} names no earlier shared spec")
+            return resolved[spec]
+        return node_inputs.map_nested_sections(spec, lambda sections: map_sections(sections, unpack)) \
+            if isinstance(spec, list) else spec
+
+    for spec in stored:
+        resolved.append(unpack(spec))
+    nodes = {name: {**entry, "input": map_sections(entry.get("input"), unpack)} if "input" in entry else entry
+             for name, entry in document.get("nodes", {}).items()}
+    return {**{k: v for k, v in document.items() if k != "specs"}, "nodes": nodes}
+
+
+class PinnedSchemas(dict):
+    """What offline_schemas returns: the pinned core schemas with H3Kit's own, marked so the validator judges
+    offline (`is_pinned`). Any copy ({**schemas}, copy.deepcopy) is an ordinary dict: schemas someone changed
+    stand for a host's."""
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict) -> dict:
+        return copy.deepcopy(dict(self), memo)
+
+
+def is_pinned(schemas: Mapping[str, Any]) -> bool:
+    """True when `schemas` are offline_schemas()' own (offline validation), not a server's."""
+    return isinstance(schemas, PinnedSchemas)
+
+
+def pinned_core_nodes() -> int:
+    return sum(1 for info in core_document()["nodes"].values() if info.get("pack", "core") == "core")
+
+
+def pinned_host() -> str:
+    """The newest host the pinned file was read from, as its header names it ("yzkee/ComfyUI @783545f6")."""
+    return next(iter(core_document().get("hosts", {})), "")
 
 
 def offline_schemas(pack_classes: Mapping[str, type]) -> dict[str, dict[str, Any]]:
     """Pinned core schemas overlaid with H3Kit's own (ours win: they are read from the code)."""
     own = {node_id: class_info(node_id, cls) for node_id, cls in pack_classes.items()}
-    return {**core_document()["nodes"], **own}
+    return PinnedSchemas({**core_document()["nodes"], **own})
 
 
 def providing_pack(class_type: str, disabled: Mapping[str, Sequence[str]] | None = None,
@@ -158,7 +272,7 @@ def _spec_problem(spec: Any, where: str, depth: int) -> str | None:
         return f"{where}: 'step' is not positive"
     if not isinstance(options.get("options", []), list):
         return f"{where}: 'options' is not a list"
-    if spec[0] in ("AUTOGROW", node_inputs.AUTOGROW):
+    if spec[0] in node_inputs.AUTOGROW_HEADS:
         return _autogrow_problem(options, where, depth)
     nested = [option.get("inputs") for option in options.get("options", []) if isinstance(option, dict)
               and "inputs" in option] if spec[0] == node_inputs.DYNAMIC_COMBO else (
@@ -198,3 +312,17 @@ def unknown_node_advice(class_type: str, pack: str | None, candidates: Iterable[
                 f"set class_type to '{suggestion}'")
     return (f"'{class_type}' is not a node type this host knows",
             "install the custom node pack that provides it, or fix the name")
+
+
+def offline_unknown_advice(class_type: str, candidates: Iterable[str]) -> tuple[str, str]:
+    """(what is wrong, the fix) offline, for a class_type neither the pinned core file nor H3Kit knows: it may be a
+    node of a newer ComfyUI or of a pack the user's server has, so the server decides (never "install a pack")."""
+    doc = core_document()
+    where = (f"a core node of ComfyUI {doc.get('comfyui_version')} ({pinned_host()}; pinned list of "
+             f"{pinned_core_nodes()} nodes)")
+    check = f"check it against your server (`{command('validate --server URL')}`) or install the pack that provides it"
+    suggestion = did_you_mean(class_type, {*candidates, *doc["nodes"], *KNOWN_THIRD_PARTY})
+    if suggestion:
+        return (f"'{class_type}' is not {where} (did you mean '{suggestion}'? if your server has '{class_type}', "
+                f"`{command('validate --server URL')}` checks it there)", f"set class_type to '{suggestion}'")
+    return f"'{class_type}' is not {where}", check

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from .environment import find_comfyui
-from .graph import ancestors, well_formed
+from .graph import executed_nodes, well_formed
 from .model_files import folder_name, how_to_get
 from .problem import FAIL, PASS, WARN, Check, problem_check
 from .rules import RULES
 from .rules_files import ModelFiles, model_input_keys, model_inputs, safetensors_lint
 from .schemas import providing_pack
 from .server import Disabled, missing_node_checks
-from .validator import PackLookup, looks_like_ui_format, supersede, validate_graph
+from .validator import PackLookup, looks_like_ui_format, run_scope, scope_to_run, supersede, validate_graph
 
 
 def default_models_dir(env: dict[str, str] | None = None, cwd: Path | None = None) -> Path | None:
@@ -41,18 +41,12 @@ def workflow_checks(graph: Any, schemas: dict, files: ModelFiles | None,
                 and not (on_server and "unknown node type" in p.message)]
     rules = list(RULES) + ([safetensors_lint(files)] if files is not None else [])
     shaped = well_formed(graph)  # malformed nodes were reported by validate_graph; rules see the rest
-    problems = supersede(problems, [p for rule in rules for p in rule(shaped, schemas)])
+    rule_problems = scope_to_run(run_scope(shaped, schemas), [p for rule in rules for p in rule(shaped, schemas)])
+    problems = supersede(problems, rule_problems)
     checks = [problem_check(p) for p in problems]
     if not checks:
         checks.append(Check(PASS, "workflow", f"{len(graph)} nodes: schema checks and lints found nothing"))
     return checks
-
-
-def executed_nodes(graph: dict, schemas: dict) -> set[str]:
-    """The nodes ComfyUI runs: output nodes and everything upstream of them (other nodes never execute)."""
-    outputs = [nid for nid, node in graph.items() if isinstance(node, dict)
-               and (schemas.get(node.get("class_type")) or {}).get("output_node")]
-    return ancestors(graph, outputs)
 
 
 def missing_file_checks(graph: dict, schemas: dict, files: ModelFiles, where: str = "models") -> list[Check]:

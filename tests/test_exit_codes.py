@@ -76,7 +76,8 @@ def test_bad_server_address_exits_2(command, workflow):
 
 def test_offline_validate_exits_2_on_errors_and_0_when_valid(tmp_path, workflow):
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"1": {"class_type": "NoSuchNode", "inputs": {}}}))
+    # (a node the pinned core list lacks is no longer enough: offline it is a warning, the server decides)
+    bad.write_text(json.dumps({"1": {"class_type": "EmptyImage", "inputs": {"width": "wide"}}}))
     assert call(validate, [str(bad)]) == 2
     assert call(validate, [workflow]) == 0
 

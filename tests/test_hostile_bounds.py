@@ -667,7 +667,9 @@ def test_a_handoff_fps_of_any_json_type_is_no_crash(tmp_path, capsys, fps):
     next(n for n in graph.values() if n["class_type"] == "H3KitDraftToLTX")["inputs"]["fps"] = fps
     path = tmp_path / "wf.json"
     path.write_text(json.dumps(graph))
-    assert call(validate, path) == 2
+    # "24" is what ComfyUI's /prompt converts with float() and accepts: a warning, not a refusal (measured on
+    # yzkee @783545f6: "64" for an INT is accepted); a list or an object it cannot convert
+    assert call(validate, path) == (0 if fps == "24" else 2)
     out = shown(capsys)
     assert "Traceback" not in out and "input 'fps'" in out
 

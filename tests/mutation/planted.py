@@ -30,6 +30,7 @@ LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/
 RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
 HOST = ("tests/test_host_layout.py", "tests/test_run.py", "tests/test_server_routes.py")
 EFFECTS = ("tests/test_effects.py", "tests/test_h3_prompt.py", "tests/test_dialogue_tokens.py")
+TYPES = ("tests/test_host_types.py",)
 RULES = ("tests/test_facts.py", "tests/test_validate.py", "tests/test_pipeline_workflows.py", "tests/test_doctor.py",
          "tests/test_pipeline.py", "tests/test_f23_refine_scope.py")
 F23_SCOPE = ("tests/test_f23_refine_scope.py",)
@@ -164,4 +165,15 @@ MUTANTS: list[Mutant] = [
            EFFECTS),
     Mutant("M43", "the dialogue fix never applied (the host's split tokens handed on)", "nodes/effect_tokens.py",
            "    prepared = with_dialogue_tokens(node, clip_tokenizer)\n", "    prepared = clip_tokenizer\n", EFFECTS),
+    # ------------------------------------------------------------------ issue 30: the host's type system
+    Mutant("M44", "MatchType links judged by their type string", "checks/node_inputs.py",
+           "if ANY_TYPE in (received, expected) or MATCH_TYPE in (received, expected):",
+           "if ANY_TYPE in (received, expected):", TYPES),
+    Mutant("M45", "a named Autogrow template read as numbered slots", "checks/node_inputs.py",
+           '    if isinstance(group.get("names"), list):\n        return tuple(str(n) for n in group["names"][:MAX_SLOTS]), None',
+           '    if False:\n        return tuple(str(n) for n in group["names"][:MAX_SLOTS]), None', TYPES),
+    Mutant("M46", "errors of nodes no output depends on kept as errors", "checks/validator.py",
+           "if p.severity == ERROR and p.node_id not in runs", "if p.severity == ERROR and p.node_id in ()", TYPES),
+    Mutant("M47", "the host's 100-slot cap dropped for named templates", "checks/node_inputs.py",
+           'group["names"][:MAX_SLOTS]', 'group["names"]', TYPES),
 ]
