@@ -152,17 +152,24 @@ def _write_media(kind: str, path: Path) -> None:
 
 # ----------------------------------------------------------------------------- the host's verdict
 def host_verdict(status: int, body: object) -> dict:
-    """What the host's POST /prompt said: accepted, or its error and node errors (type and input of each)."""
-    if status == 200:
-        return {"accepted": True}
+    """What the host's POST /prompt said: accepted or not, its error type, and the errors of each node (type and
+    input). ComfyUI accepts a prompt (200) when at least one output validates and drops the outputs whose nodes
+    fail, naming those nodes in the same answer's node_errors: such an output never runs."""
     body = body if isinstance(body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
     node_errors = {}
     for node_id, entry in (body.get("node_errors") or {}).items():
         node_errors[str(node_id)] = sorted(
             f"{e.get('type')}: {(e.get('extra_info') or {}).get('input_name', '')}".rstrip(": ")
             for e in entry.get("errors", []))
+    if status == 200:
+        return {"accepted": True, **({"node_errors": node_errors} if node_errors else {})}
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
     return {"accepted": False, "error": error.get("type"), "node_errors": node_errors}
+
+
+def runs_whole(verdict: dict) -> bool:
+    """ComfyUI accepted the prompt and drops none of its outputs."""
+    return verdict["accepted"] and not verdict.get("node_errors")
 
 
 def cancel_everything(server) -> None:

@@ -23,6 +23,7 @@ from official_templates import (
     cancel_everything,
     convert,
     corpus,
+    runs_whole,
     template_files,
     write_placeholders,
 )
@@ -83,7 +84,7 @@ def _verdict_problem(editor, server, version: str | None, name: str, workflow: d
     entry = CORPUS.get((version, name))
     if entry is None or server.host.tag not in entry.verdicts:
         return f"skip: {version}/{name}: no ComfyUI verdict for host tag {server.host.tag!r} in the corpus"
-    accepted = entry.verdicts[server.host.tag]["accepted"]
+    accepted = runs_whole(entry.verdicts[server.host.tag])
     prompt, queued, dialog = _queue_as_a_user(editor, server, workflow)
     if editor.version == CORPUS_FRONTEND and prompt != entry.graph:
         return f"{version}/{name}: frontend 1.58.1 no longer converts it as the corpus holds"
