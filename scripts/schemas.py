@@ -211,7 +211,7 @@ def document_text(document: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m h3kit.scripts.schemas", description=__doc__,
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     pin = sub.add_parser("pin", help="regenerate the pinned core schemas from running hosts")
