@@ -16,9 +16,9 @@ Pure: schemas in, names out. Every walk is bounded (nesting depth, slots per gro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from re import compile as regex
 from typing import Any
 
 DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
@@ -29,7 +29,7 @@ MATCH_TYPE = "COMFY_MATCHTYPE_V3"  # io.MatchType: the host leaves its links to 
 ANY_TYPE = "*"
 COMBO = "COMBO"
 KNOWN_V3_TYPES = frozenset({AUTOGROW, DYNAMIC_COMBO, DYNAMIC_SLOT, MATCH_TYPE})
-V3_TYPE = re.compile(r"COMFY_[A-Z0-9_]+_V3")  # how the host names its dynamic io types
+V3_TYPE = regex(r"COMFY_[A-Z0-9_]+_V3")  # how the host names its dynamic io types
 MAX_NESTING = 8  # dynamic inputs inside dynamic inputs; the deepest core node (SaveVideo >= 0.34) nests 3
 MAX_SLOTS = 100  # Autogrow._MaxNames in the host: no group declares more slots
 SECTIONS = ("required", "optional")

@@ -172,8 +172,7 @@ def scan_frames(frames: torch.Tensor) -> FrameScan:
     return FrameScan(frames.shape[0], nan_count, inf_count, black, solid, lo, hi, (total / counted) if counted else None)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# picture-pattern guards: a block mosaic on the VAE's latent grid, a picture repeated as a grid of tiles
+# --- picture-pattern guards: a block mosaic on the VAE's latent grid, a picture repeated as a grid of tiles
 
 PATTERN_SAMPLE_FRAMES = 8  # frames measured per clip, evenly spaced: the cost does not grow with the clip's length
 MOSAIC_GRIDS = (16, 32)  # pixels per latent cell: MiniMax-H3's video VAE (x16), LTX-2's (x32)

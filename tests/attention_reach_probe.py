@@ -16,13 +16,13 @@ sampling, the node reports and whether the output equals the host's bitwise.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
 import sys
 import types
 from collections import Counter
+from importlib import import_module
 
 sys.path.insert(0, os.getcwd())
 from comfy.cli_args import args  # noqa: E402
@@ -53,7 +53,7 @@ SELF_ATTENTION_NAMES = ("attn", "attn1", "audio_attn1")
 
 def optional(name: str):
     try:
-        return importlib.import_module(name)
+        return import_module(name)
     except ImportError:
         return None
 
@@ -70,8 +70,8 @@ def load_pack(root: str):
         folder = name.split(".", 1)[1] if "." in name else ""
         package.__path__ = [os.path.join(root, folder)]
         sys.modules[name] = package
-    return (importlib.import_module("h3kit.nodes.attention"), importlib.import_module("h3kit.nodes.lowvram"),
-            importlib.import_module("h3kit.nodes.attention_sites"))
+    return (import_module("h3kit.nodes.attention"), import_module("h3kit.nodes.lowvram"),
+            import_module("h3kit.nodes.attention_sites"))
 
 
 ATTENTION, LOWVRAM, SITES = load_pack(PACK)

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import wave
 from dataclasses import dataclass
 from pathlib import Path
+from re import compile as regex
 
 TESTS_DIR = Path(__file__).resolve().parent
 CORPUS_DIR = TESTS_DIR / "data" / "official_templates"
 MANIFEST = CORPUS_DIR / "manifest.json"
 # Local (not partner-API) MiniMax-H3 and LTX-2 / 2.3 / 2.5 graphs of the templates package; `api_*` templates call
 # paid cloud nodes and run nothing of either model locally.
-TEMPLATE_NAME = re.compile(r"^(?!api_)[a-z0-9_]*(minimax_h3|fasth3|ltx2)[a-z0-9_]*$")
+TEMPLATE_NAME = regex(r"^(?!api_)[a-z0-9_]*(minimax_h3|fasth3|ltx2)[a-z0-9_]*$")
 MEDIA_KINDS = ("image", "audio", "video")
 SOURCE = "comfyui-workflow-templates-json (Comfy-Org/workflow_templates, MIT licence)"
 
