@@ -357,7 +357,7 @@ def test_run_adapts_and_finishes_on_this_host(comfyui_server, tmp_path, capsys):
     assert "REJECTED" not in out and "execution error" not in out
     assert list((tmp_path / "out").rglob("*.mp4")), out
     if adapt_graph(graph, comfyui_server.object_info()).changes:
-        assert "ADAPTED node 6 (SaveVideo): input 'format.codec' -> 'codec'" in out
+        assert "INFO  adapted: node 6 (SaveVideo): input 'format.codec' -> 'codec'" in out
 
 
 # --- F01: doctor, validate and run agree; no FAIL for a host's version ------------------------------------------
