@@ -16,20 +16,19 @@ import json
 import sys
 import types
 from pathlib import Path
-from re import compile as regex
 
 import pytest
 from fake_comfy import FakeComfy
-from h3kit.adapters import comfy_jobs, server_routes
+from h3kit.adapters import server_routes
 from h3kit.checks import environment, server
-from h3kit.checks.problem import FAIL, INFO, PASS, WARN
+from h3kit.checks.problem import PASS, WARN
 from h3kit.checks.rules_files import model_inputs
 from h3kit.checks.validator import is_input_file_combo
 from h3kit.checks.verdict import judge
 from h3kit.nodes.preflight import H3KitPreflight
-from h3kit.scripts import run as run_command
 from h3kit.scripts import schemas as schema_src
 from h3kit.scripts.cli import main
+from verdict_readers import doctor, from_checks, from_route_report, outcome, run_pre_queue, validate, word
 
 DATA = Path(__file__).parent / "data"
 API = Path(schema_src.API_WORKFLOWS_DIR)
@@ -45,8 +44,6 @@ SAVEVIDEO_FLAT = {"input": {"required": {  # v0.3.64 and 0.12.1: both combos fla
 WRITTEN = {"flat": {"format": "mp4", "codec": "h264"},
            "0.33.0": {"format": "mp4", "codec": "h264", "codec.encoding": "auto"},
            ">=0.34": {"format": "mp4", "format.codec": "h264"}}
-CHANGE = regex(r"INFO  adapted: node (\S+) \(\w+\): input '([^']+)' -> '([^']+)'")
-ERROR_NODE = regex(r"ERROR: node (\S+) \(")
 
 
 def savevideo_id(graph: dict) -> str:
@@ -109,60 +106,9 @@ HOSTS = {">=0.34": served(PINNED), "0.33.0": served({**PINNED, "SaveVideo": SAVE
          "flat": served({**PINNED, "SaveVideo": SAVEVIDEO_FLAT})}
 
 
-# --- the entry points, each read as (verdict, moved inputs, failing nodes, exit code) ------------------------
-
-def outcome(word: str, changes, failing, code: int | None = None) -> dict:
-    return {"verdict": word, "changes": sorted(set(changes)), "failing": sorted(set(failing)), "exit": code}
-
-
-def word(failing, changes) -> str:
-    return "FAIL" if failing else "ADAPTED" if changes else "OK"
-
-
-def from_checks(rows: list[dict]) -> tuple[list, list]:
-    changes = [m.groups() for r in rows if r["status"] == INFO for m in [CHANGE.search(f"INFO  adapted: {r['detail']}")]]
-    failing = [str(r.get("node_id") or "-") for r in rows if r["status"] == FAIL]
-    return changes, failing
-
-
-def doctor(path: Path, capsys, url: str | None = None) -> dict:
-    code = main(["doctor", "--workflow", str(path), "--no-local", "--json", *(["--server", url] if url else [])])
-    report = json.loads(capsys.readouterr().out)
-    changes, failing = from_checks(report["checks"])
-    assert report["verdict"] == word(failing, changes)
-    return outcome(report["verdict"], changes, failing, code)
-
-
-def validate(path: Path, capsys, url: str | None = None) -> dict:
-    code = main(["validate", str(path), *(["--server", url] if url else [])])
-    out, err = capsys.readouterr()
-    first = (out + err).strip().splitlines()
-    verdict = next(line.split(" ", 1)[0] for line in first if str(path) in line)
-    failing = [m.group(1) for line in err.splitlines() if line.lstrip().startswith("ERROR:")
-               for m in [ERROR_NODE.search(line)]]
-    return outcome(verdict, [m.groups() for m in CHANGE.finditer(out)], failing, code)
-
-
-def run_pre_queue(graph: dict, capsys, url: str) -> dict:
-    """run's check before it queues (scripts/run.server_graphs); run exits 2 on a refusal, else queues."""
-    try:
-        run_command.server_graphs(graph, [url], [], 30)
-        code = 0
-    except comfy_jobs.Rejected:
-        code = 2
-    out, err = capsys.readouterr()
-    failing = [m.group(1) for line in err.splitlines() if "ERROR:" in line for m in [ERROR_NODE.search(line)]]
-    changes = [m.groups() for m in CHANGE.finditer(out)]
-    return outcome("FAIL" if code else word([], changes), changes, failing, code)
-
-
 def route(graph: dict, schemas: dict) -> dict:
-    report = server_routes.preflight_report(
-        graph, lambda full: server_routes.HostView(schemas, set(schemas), pack_of=schema_src.providing_pack))
-    changes, failing = from_checks(report["checks"])
-    assert report.get("adapted", {}).get("changes", []) == [] or [
-        (c["node_id"], c["from"], c["to"]) for c in report["adapted"]["changes"]] == changes
-    return outcome(report["verdict"], changes, failing)
+    return from_route_report(server_routes.preflight_report(
+        graph, lambda full: server_routes.HostView(schemas, set(schemas), pack_of=schema_src.providing_pack)))
 
 
 def node_pasted(graph: dict) -> dict:
