@@ -73,9 +73,13 @@ class HostView:
 
 
 def check_item(check: Check) -> dict[str, Any]:
+    """One check as the route (and the H3KitPreflight node's report) lists it: node_id and input where the check is
+    about one node's input, so the editor can tell which of them ComfyUI's own lists already name."""
     item = {"status": check.status, "check": check.name, "detail": check.detail, "fix": check.fix}
     if check.node_id is not None:
         item["node_id"] = str(check.node_id)
+    if check.input is not None:
+        item["input"] = str(check.input)
     return item
 
 

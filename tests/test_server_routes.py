@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from re import compile as regex
+from urllib.parse import quote
 
 import pytest
 from h3kit.adapters import preflight_request, server_routes
@@ -22,7 +23,7 @@ from h3kit.adapters.workflow_file import validate_file
 from h3kit.checks.problem import FAIL, INFO, PASS, WARN, Check
 from h3kit.checks.validator import validate_graph
 from h3kit.checks.workflow import frontend_widget_inputs
-from h3kit.scripts import doctor
+from h3kit.scripts import doctor, workflows_ui
 from h3kit.scripts.schemas import offline_schemas, providing_pack
 
 aiohttp = pytest.importorskip("aiohttp")
@@ -357,9 +358,9 @@ def test_the_route_checks_with_the_pack_nodes_handed_in_at_registration(monkeypa
 
 
 def test_templates_are_served_from_the_workflows_folder_only(routes):
-    name = "h3kit_handoff_demo"
+    name = workflows_ui.ui_name("h3kit_handoff_demo")  # "Start here - no model needed": spaces and a comma in URLs
     for suffix in (".json", ".jpg"):
-        got, body = call(routes, "GET", f"/workflow_templates/{PACK_FOLDER}/{name}{suffix}")
+        got, body = call(routes, "GET", f"/workflow_templates/{PACK_FOLDER}/{quote(name)}{suffix}")
         assert got == 200 and body == (PACK_ROOT / "workflows" / f"{name}{suffix}").read_bytes()
     for hostile in ("..%2Fpyproject.toml", "%2E%2E%2F__init__.py", "api%2Fh3kit_handoff_demo.json", ".gitignore",
                     "missing.json", "..", "README.md", "..%5Cpyproject.toml"):
