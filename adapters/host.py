@@ -48,6 +48,15 @@ def comfyui_version() -> str | None:
     return getattr(sys.modules["comfyui_version"], "__version__", None)
 
 
+def render_devices() -> list[dict] | None:
+    """Inside ComfyUI: the device it renders on, as its /system_stats lists it ([{"type": "cuda"|"cpu"|...}]), so
+    the preflight judges the CUDA build by the same fact doctor --server reads; None outside ComfyUI."""
+    if not host_loaded("comfy.model_management"):
+        return None
+    device = host_module("comfy.model_management").get_torch_device()
+    return [{"type": str(getattr(device, "type", device))}]
+
+
 def model_folder(kind: str, env_var: str | None = None) -> Path:
     """The first folder for model kind `kind`: ComfyUI's folder_paths inside ComfyUI, else `env_var`.
 

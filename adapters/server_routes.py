@@ -2,14 +2,17 @@
 
 - ``POST /h3kit/preflight`` with ``{"prompt": <API graph as the frontend queues it>, "absent": {id: type}}``
   (``absent``: nodes the frontend leaves out of the prompt because this host lacks their type) answers the
-  PASS/WARN/FAIL checks of ``checks.workflow.preflight_checks`` (what ``validate``/``doctor --workflow`` and
-  H3KitPreflight run) against this server's own node schemas, registered nodes and model folders, plus this
-  server's environment (ComfyUI version, torch, comfy-kitchen, GPU, attention backends). The checks judge the
-  graph moved to this host's input layout (``checks.host_layout``: SaveVideo's three layouts); when that changed
-  anything the answer carries ``"adapted": {"prompt", "changes"}`` and the editor queues that prompt and shows the
-  changes. web/h3kit_preflight.js calls it before it queues a graph that holds an H3 or LTX node.
+  verdict (OK / ADAPTED / FAIL) and the PASS/INFO/WARN/FAIL checks of ``checks.workflow.preflight_checks``
+  (``checks.verdict.judge``, the one function ``validate``, ``doctor`` and ``run`` reach their verdict through)
+  against this server's own node schemas, registered nodes and model folders, plus this server's environment
+  (ComfyUI version, torch, comfy-kitchen, GPU, attention backends). The verdict is on the graph moved to this
+  host's input layout (SaveVideo's three layouts); when that changed anything each move is an INFO line and the
+  answer carries ``"adapted": {"prompt", "changes"}``: the editor queues that prompt and shows the changes.
+  web/h3kit_preflight.js calls it before it queues a graph that holds an H3 or LTX node.
 - An on-prompt handler (``adapt_queued_prompt``) moves every queued prompt, from any client, to this host's input
-  layout before ComfyUI validates it, and logs each change.
+  layout before ComfyUI validates it (``checks.host_layout.adapt_graph``, the first step of ``judge``: the same
+  moves), and logs each change; ComfyUI's own validation then gives that prompt its verdict (a handler cannot
+  refuse a prompt, and the pack's rules stay off the event loop).
 - ``GET /h3kit/preflight`` tells the extension which node types it watches.
 - ``GET /workflow_templates/<this pack's folder>/<file>``: the template browser lists the pack's workflows
   from every host, but some hosts (the installable ComfyUI 0.12 fork) never register the static route that
@@ -34,17 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.environment import kitchen_version, local_checks
-from ..checks.graph import is_link
-from ..checks.host_layout import Adaptation, adapt_graph
+from ..checks.host_layout import adapt_graph
 from ..checks.invocation import command
-from ..checks.problem import FAIL, PASS, WARN, Check
+from ..checks.problem import FAIL, INFO, PASS, WARN, Check
 from ..checks.rules_files import ModelFiles
 from ..checks.schemas import class_info, providing_pack
 from ..checks.server import comfyui_version_check
-from ..checks.validator import declared_inputs
-from ..checks.workflow import preflight_checks as graph_checks  # the one rule engine; no rule lives here
+from ..checks.verdict import Verdict, verdict_of
+from ..checks.workflow import preflight_checks as graph_checks  # the one verdict; no rule lives here
 from . import preflight_request
-from .host import comfyui_version, host_loaded, host_module
+from .host import comfyui_version, host_loaded, host_module, render_devices
 from .log import LOG, log_once
 from .model_folders import host_files
 from .preflight_request import MAX_NODES, RequestRefused, prompt_graph, read_json
@@ -54,7 +56,7 @@ PREFLIGHT_ROUTE = "/h3kit/preflight"
 WATCHED_NODE_PATTERN = r"^(H3Kit|MiniMaxH3|EmptyMiniMaxH3|LTXV|LTXAV)"
 WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / "workflows"
 TEMPLATE_SUFFIXES = {".json", ".jpg", ".jpeg", ".png", ".webp"}
-STATUS_ORDER = (PASS, WARN, FAIL)
+STATUS_ORDER = (PASS, INFO, WARN, FAIL)
 
 
 @dataclass
@@ -71,34 +73,22 @@ class HostView:
 
 
 def check_item(check: Check) -> dict[str, Any]:
+    """One check as the route (and the H3KitPreflight node's report) lists it: node_id and input where the check is
+    about one node's input, so the editor can tell which of them ComfyUI's own lists already name."""
     item = {"status": check.status, "check": check.name, "detail": check.detail, "fix": check.fix}
     if check.node_id is not None:
         item["node_id"] = str(check.node_id)
+    if check.input is not None:
+        item["input"] = str(check.input)
     return item
 
 
-def preflight_checks(graph: dict, host: HostView) -> list[Check]:
-    """The graph on `host`: nodes it lacks (F35), schema checks and every rule, model files and their headers,
-    then the server's environment."""
-    graph = without_frontend_widgets(graph, host.schemas)
-    found = graph_checks(graph, host.schemas, host.files, host.node_ids, host.disabled, pack_of=host.pack_of)
-    return [*host.notes, *found, *host.environment(graph)]
-
-
-def without_frontend_widgets(graph: dict, schemas: Mapping[str, dict]) -> dict:
-    """The graph without literal inputs the node's schema does not declare. The editor sends the values of its
-    own display widgets with the node's inputs (frontend 1.40 adds `preview` and `previewMode` to PreviewAny) and
-    ComfyUI ignores them; a user cannot type an undeclared input in the editor, so here they are no typo to report
-    (`validate` on a file still reports them). Links are kept: the frontend never wires an undeclared input."""
-    kept = {}
-    for node_id, node in graph.items():
-        info = schemas.get(node.get("class_type")) if isinstance(node, dict) else None
-        inputs = node.get("inputs") if info else None
-        if isinstance(inputs, dict):
-            declared = declared_inputs(info)
-            node = {**node, "inputs": {k: v for k, v in inputs.items() if k in declared or is_link(v)}}
-        kept[node_id] = node
-    return kept
+def preflight_checks(graph: dict, host: HostView) -> tuple[Verdict, list[Check]]:
+    """The graph on `host` (checks.workflow.preflight_checks: the verdict of checks.verdict.judge, nodes it lacks
+    (F35), model files and their headers), then the server's environment. Returns (the verdict, the lines)."""
+    verdict, found = graph_checks(graph, host.schemas, host.files, host.node_ids, host.disabled,
+                                  pack_of=host.pack_of, from_editor=True)
+    return verdict, [*host.notes, *found, *host.environment(verdict.graph)]
 
 
 def with_absent_nodes(graph: dict, absent: Any) -> dict:
@@ -113,32 +103,27 @@ def with_absent_nodes(graph: dict, absent: Any) -> dict:
 
 
 def preflight_report(graph: Any, host_for: Callable[[dict], HostView], absent: Any = None) -> dict[str, Any]:
-    """The route's JSON answer: the worst status, counts, and every check (node_id where one applies), judged on
-    the graph adapted to this host's input layout (checks.host_layout). When the adaptation changed anything,
-    "adapted" holds the prompt to queue instead and each change ({node_id, class_type, from, to, value, text});
-    `absent`: {id: type} of the nodes the frontend left out (checked as missing, never part of the prompt)."""
+    """The route's JSON answer: the verdict (OK, ADAPTED or FAIL: checks.verdict, the word doctor, validate and run
+    print), the worst status, counts, and every check (node_id where one applies). When the graph was moved to this
+    host's input layout (checks.host_layout), each move is an INFO line and "adapted" holds the prompt to queue
+    instead with each change ({node_id, class_type, from, to, value, text}); `absent`: {id: type} of the nodes the
+    frontend left out (checked as missing, never part of the prompt)."""
     if not isinstance(graph, dict) or not graph or not all(isinstance(n, dict) for n in graph.values()):
         checks = [Check(FAIL, "workflow", "not an API-format graph (a JSON object of nodes)",
                         "send the graph the frontend queues: {\"prompt\": app.graphToPrompt().output}")]
-        adaptation = None
+        verdict = None
     else:
         full = with_absent_nodes(graph, absent)
-        host = host_for(full)
-        adaptation = adapt_graph(graph, host.schemas)
-        checks = [*adaptation_checks(adaptation), *preflight_checks(with_absent_nodes(adaptation.graph, absent), host)]
+        verdict, checks = preflight_checks(full, host_for(full))
     counts = {status: sum(c.status == status for c in checks) for status in STATUS_ORDER}
     worst = max((c.status for c in checks), key=STATUS_ORDER.index, default=PASS)
-    report = {"status": worst, "fail": counts[FAIL], "warn": counts[WARN], "pass": counts[PASS],
+    report = {"verdict": verdict_of(checks), "status": worst, "fail": counts[FAIL],
+              "warn": counts[WARN], "pass": counts[PASS], "info": counts[INFO],
               "checks": [check_item(c) for c in checks]}
-    if adaptation is not None and adaptation.changes:
-        report["adapted"] = {"prompt": adaptation.graph, "changes": [c.as_dict() for c in adaptation.changes]}
+    if verdict is not None and verdict.changes:
+        prompt = {node_id: node for node_id, node in verdict.graph.items() if node_id in graph}  # absent ones: not queued
+        report["adapted"] = {"prompt": prompt, "changes": [c.as_dict() for c in verdict.changes]}
     return report
-
-
-def adaptation_checks(adaptation: Adaptation) -> list[Check]:
-    """One PASS line per moved input: what the queued prompt differs in from the graph on the canvas."""
-    return [Check(PASS, "adapted", change.text(), node_id=change.node_id, input=change.new_key)
-            for change in adaptation.changes]
 
 
 # --- the ComfyUI this process runs in --------------------------------------------------------------
@@ -166,7 +151,7 @@ def node_schemas(node_classes: Mapping[str, type], class_types: Iterable[str]) -
 def machine_checks() -> tuple[Check, ...]:
     # Packages, GPU and attention backends do not change under a running server (installing one needs a
     # restart to take effect), so they are read once per process.
-    return tuple(local_checks(comfyui_version()))
+    return tuple(local_checks(comfyui_version(), render_devices()))
 
 
 def served_node_classes() -> Mapping[str, type]:

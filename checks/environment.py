@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from re import compile as regex
 from typing import Any
@@ -124,6 +125,15 @@ def check_python() -> Check:
     return Check(PASS, "python", f"{version} ({sys.executable})")  # the package itself requires >= 3.10
 
 
+def renders_on_cuda(devices: Sequence[Any] | None) -> bool:
+    """The one rule of every CUDA-build check (torch's build F12, comfy-kitchen's CUDA backend and FP4 GEMM), in
+    doctor --server and in the editor's preflight alike: the build matters only where ComfyUI renders on a CUDA
+    device. `devices`: ComfyUI's torch devices as /system_stats lists them ([{"type": "cuda"|"cpu"|...}]); None:
+    unknown, so the build is checked. Before, on a CPU server the editor warned "use a CUDA 13 torch build"
+    (kitchen's CUDA backend is off there) while doctor --server said the build does not matter there."""
+    return devices is None or any(isinstance(d, dict) and d.get("type") == "cuda" for d in devices)
+
+
 def torch_cuda_check(torch_version: str, cuda_version: str | None, gpu_machine: bool = True) -> Check:
     """`gpu_machine` False: this machine has no NVIDIA GPU at all, so the CUDA build cannot matter here."""
     major = cuda_major(cuda_version)
@@ -186,9 +196,10 @@ def kitchen_registry_state(module: Any) -> dict[str, Any] | None:
 
 
 def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registry_note: str = "",
-                   comfyui: str | None = None) -> list[Check]:
+                   comfyui: str | None = None, gpu_machine: bool = True) -> list[Check]:
     """`comfyui`: the version of the ComfyUI this environment serves (None: unknown). Only ComfyUI >= 0.34
-    needs kitchen >= 0.2.31; an older ComfyUI (or a fork such as 0.12.1) ships its own kitchen."""
+    needs kitchen >= 0.2.31; an older ComfyUI (or a fork such as 0.12.1) ships its own kitchen. `gpu_machine`
+    False: nothing renders on a CUDA device here (`renders_on_cuda`), so the registry's CUDA backend cannot matter."""
     need, wanted, newer = needs_recent_kitchen(comfyui), version_text(MIN_KITCHEN), version_text(MIN_COMFYUI)
     if version is None:
         if need:
@@ -216,12 +227,16 @@ def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registr
             checks.append(Check(WARN, "kitchen registry", registry_note,
                                 "check ComfyUI's startup log for the kitchen backend lines"))
         return checks
+    detail = ", ".join(f"{k}={v}" for k, v in registry.items())
+    if not gpu_machine:
+        checks.append(Check(PASS, "kitchen registry", f"{detail} (nothing renders on a CUDA device here, so kitchen's "
+                            "CUDA backend and the CUDA build do not matter here)"))
+        return checks
     problems = []
     if registry.get("cuda_enabled") is False:
         problems.append("the CUDA backend is disabled")
     if registry.get("scaled_mm_nvfp4") is False:
         problems.append("scaled_mm_nvfp4 is not registered (needs cuBLASLt 13 at runtime)")
-    detail = ", ".join(f"{k}={v}" for k, v in registry.items())
     if problems:
         checks.append(Check(WARN, "kitchen registry", "; ".join(problems) + f" ({detail}): NVFP4 matmuls run eager (F12)",
                             "use a CUDA 13 torch build (cu130) so kitchen registers its CUDA FP4 GEMM"))
@@ -230,18 +245,18 @@ def kitchen_checks(version: str | None, registry: dict[str, Any] | None, registr
     return checks
 
 
-def check_kitchen(comfyui: str | None = None) -> list[Check]:
+def check_kitchen(comfyui: str | None = None, gpu_machine: bool = True) -> list[Check]:
     version = kitchen_version()
     if version is None or importlib.util.find_spec("comfy_kitchen") is None:
-        return kitchen_checks(version, None, comfyui=comfyui)
+        return kitchen_checks(version, None, comfyui=comfyui, gpu_machine=gpu_machine)
     try:
         import comfy_kitchen
     except Exception as exc:  # noqa: BLE001 - any import failure is the finding (F36)
         return kitchen_checks(version, None, f"comfy_kitchen does not import: {type(exc).__name__}: {exc} (F36)",
-                              comfyui)
+                              comfyui, gpu_machine)
     state = kitchen_registry_state(comfy_kitchen)
     note = "" if state else "comfy_kitchen.registry has no API this doctor recognises; registry not read"
-    return kitchen_checks(version, state, note, comfyui)
+    return kitchen_checks(version, state, note, comfyui, gpu_machine)
 
 
 def gpu_check(capability: tuple[int, int] | None, name: str = "", bf16: bool | None = None,
@@ -300,10 +315,12 @@ def triton_check(env: dict[str, str] | None = None) -> Check:
     return Check(PASS, "triton", f"{version}; {where}. After editing a kernel file clear this folder and __pycache__ (F09)")
 
 
-def local_checks(comfyui: str | None = None) -> list[Check]:
+def local_checks(comfyui: str | None = None, devices: Sequence[Any] | None = None) -> list[Check]:
     """This machine, judged for what matters on it: CUDA-build and GPU checks only where there is a GPU,
     kitchen against the ComfyUI this Python serves (`comfyui`: the running one's version inside ComfyUI,
-    adapters/host.comfyui_version; None: the one local_comfyui_version finds)."""
+    adapters/host.comfyui_version; None: the one local_comfyui_version finds). `devices`: inside ComfyUI, the
+    devices it renders on, as /system_stats lists them (adapters/host.render_devices): the CUDA build is then
+    judged by `renders_on_cuda`, the rule doctor --server applies to the same list."""
     comfyui = comfyui or local_comfyui_version()
     checks = [check_python()]
     has_torch = dist_version("torch") is not None
@@ -312,10 +329,10 @@ def local_checks(comfyui: str | None = None) -> list[Check]:
         import torch
 
         torch_sees_gpu = torch.cuda.is_available()
-    gpu_machine = torch_sees_gpu or nvidia_driver_present()
+    gpu_machine = renders_on_cuda(devices) if devices is not None else torch_sees_gpu or nvidia_driver_present()
     torch_check, torch = check_torch(gpu_machine)
     checks.append(torch_check)
-    checks += check_kitchen(comfyui)
+    checks += check_kitchen(comfyui, gpu_machine)
     capability, torch_cuda = None, None
     if torch is not None:
         torch_cuda = cuda_major(torch.version.cuda)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+INFO = "INFO"  # not a finding: what the pack did for the user (an input moved to the host's layout), shown as done
 ERROR, WARNING = "error", "warning"
 
 
@@ -64,7 +65,7 @@ class Check:
 
     def line(self) -> str:
         text = printable(f"{self.status}  {self.name}: {self.detail}")
-        return text + (f"\n      fix: {printable(self.fix)}" if self.fix and self.status != PASS else "")
+        return text + (f"\n      fix: {printable(self.fix)}" if self.fix and self.status in (WARN, FAIL) else "")
 
 
 def problem_check(problem: Problem) -> Check:

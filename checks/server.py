@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .environment import cuda_major_from_torch_tag
+from .environment import cuda_major_from_torch_tag, renders_on_cuda
 from .facts import (
     F01_CORRECT_STACK,
     F01_GARBAGE_STACK,
@@ -129,8 +129,7 @@ def _update_fix() -> str:
 def server_torch_check(torch_version: str, devices: Sequence[Any] | None = None) -> Check:
     """F12 on the server; only where it renders on a CUDA GPU (`devices` from /system_stats, None: unknown)."""
     major = cuda_major_from_torch_tag(torch_version)
-    on_gpu = devices is None or any(isinstance(d, dict) and d.get("type") == "cuda" for d in devices)
-    if not on_gpu:
+    if not renders_on_cuda(devices):  # the rule the editor's preflight applies on the server itself
         return Check(PASS, "server torch", f"{torch_version or 'unknown'} (the server renders on CPU: its CUDA build "
                      "does not matter there)")
     if major is not None and major < MIN_TORCH_CUDA_MAJOR:

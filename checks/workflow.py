@@ -1,5 +1,6 @@
-"""Workflow checks as doctor/preflight lines: schema validation, every graph rule and, with a models
-folder, the safetensors header rules (F13/F14)."""
+"""Workflow checks as doctor/preflight lines: the verdict of checks.verdict.judge (the graph in the host's layout,
+schema validation, every graph rule and, with a models folder, the safetensors header rules F13/F14), the nodes
+and model files the host lacks."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from .environment import find_comfyui
-from .graph import executed_nodes, well_formed
+from .graph import executed_nodes, is_link, well_formed
 from .model_files import folder_name, how_to_get
-from .problem import FAIL, PASS, WARN, Check, problem_check
-from .rules import RULES
-from .rules_files import ModelFiles, model_input_keys, model_inputs, safetensors_lint
+from .problem import FAIL, INFO, PASS, WARN, Check, problem_check
+from .rules_files import ModelFiles, model_input_keys, model_inputs
 from .schemas import providing_pack
 from .server import Disabled, missing_node_checks
-from .validator import PackLookup, looks_like_ui_format, run_scope, scope_to_run, supersede, validate_graph
+from .validator import PackLookup, declared_inputs, looks_like_ui_format, supersede
+from .verdict import Verdict, judge
 
 
 def default_models_dir(env: dict[str, str] | None = None, cwd: Path | None = None) -> Path | None:
@@ -28,23 +29,26 @@ def workflow_checks(graph: Any, schemas: dict, files: ModelFiles | None,
                     skip_inputs: Iterable[tuple[str, str]] = frozenset(), on_server: bool = False,
                     schema_check: bool = True, pack_of: PackLookup = providing_pack,
                     known_ids: Iterable[str] = ()) -> list[Check]:
-    """Schema validation, every rule of checks.rules.RULES and, with `files`, safetensors headers.
+    """The verdict of checks.verdict.judge as doctor/preflight lines (`verdict_checks`)."""
+    verdict = judge(graph, schemas, pack_of, set(known_ids), files, schema_check)
+    return verdict_checks(verdict, skip_inputs, on_server)
 
-    schema_check=False when the host already validated the graph (the preflight node's own graph).
-    """
-    problems = validate_graph(graph, schemas, pack_of, set(known_ids)) if schema_check else []
+
+def verdict_checks(verdict: Verdict, skip_inputs: Iterable[tuple[str, str]] = frozenset(),
+                   on_server: bool = False) -> list[Check]:
+    """One INFO line per input moved to the host's layout, then each problem as a FAIL or WARN line (a PASS line
+    when there is none). `skip_inputs`: schema problems at these (node, input) that another check reports with a
+    clearer message (a model file the host lacks); `on_server`: unknown node types are reported by the host's node
+    list check (F35), so the schema's line for them is left out."""
+    graph = verdict.graph
     if looks_like_ui_format(graph) or not isinstance(graph, dict):
-        return [problem_check(p) for p in problems]
-    # With a server, missing nodes (F35) and model files are checked on their own with clearer messages.
+        return [problem_check(p) for p in verdict.schema_problems]
     skip = set(skip_inputs)
-    problems = [p for p in problems if (p.node_id, p.input) not in skip
-                and not (on_server and "unknown node type" in p.message)]
-    rules = list(RULES) + ([safetensors_lint(files)] if files is not None else [])
-    shaped = well_formed(graph)  # malformed nodes were reported by validate_graph; rules see the rest
-    rule_problems = scope_to_run(run_scope(shaped, schemas), [p for rule in rules for p in rule(shaped, schemas)])
-    problems = supersede(problems, rule_problems)
-    checks = [problem_check(p) for p in problems]
-    if not checks:
+    schema_problems = [p for p in verdict.schema_problems if (p.node_id, p.input) not in skip
+                       and not (on_server and "unknown node type" in p.message)]
+    checks = [*verdict.change_checks(),
+              *(problem_check(p) for p in supersede(schema_problems, verdict.rule_problems))]
+    if not any(c.status != INFO for c in checks):
         checks.append(Check(PASS, "workflow", f"{len(graph)} nodes: schema checks and lints found nothing"))
     return checks
 
@@ -69,25 +73,45 @@ def missing_file_checks(graph: dict, schemas: dict, files: ModelFiles, where: st
     return checks
 
 
+def frontend_widget_inputs(graph: dict, schemas: dict) -> set[tuple[str, str]]:
+    """(node id, input) of the literal inputs the node's schema does not declare. The editor sends the values of
+    its own display widgets with the node's inputs (frontend 1.40 adds `preview` and `previewMode` to PreviewAny)
+    and ComfyUI ignores them; a user cannot type an undeclared input in the editor, so in a prompt from the editor
+    they are no typo to report (`validate` on a file still reports them)."""
+    found = set()
+    for node_id, node in graph.items():
+        info = schemas.get(node.get("class_type")) if isinstance(node, dict) else None
+        inputs = node.get("inputs") if info else None
+        if isinstance(inputs, dict):
+            declared = declared_inputs(info, inputs)
+            found |= {(str(node_id), k) for k, v in inputs.items() if k not in declared and not is_link(v)}
+    return found
+
+
 def preflight_checks(graph: dict, schemas: dict, files: ModelFiles | None, available_nodes: Iterable[str] | None,
                      disabled: Disabled | None = None, schema_check: bool = True,
-                     pack_of: PackLookup = providing_pack, ignore: str | None = None) -> list[Check]:
-    """Everything H3KitPreflight (and the editor's preflight route) checks for one graph on this host:
-    nodes the host lacks (F35, when its node list is known), schema checks and every rule, safetensors
-    headers (with `files`) and model files missing from the host's folders. `ignore`: a class_type left
-    out (the preflight node itself)."""
+                     pack_of: PackLookup = providing_pack, ignore: str | None = None,
+                     from_editor: bool = False) -> tuple[Verdict, list[Check]]:
+    """Everything H3KitPreflight (and the editor's preflight route) checks for one graph on this host: the verdict
+    (checks.verdict.judge: the graph in this host's layout, schema checks and every rule, safetensors headers with
+    `files`), nodes the host lacks (F35, when its node list is known) and model files missing from the host's
+    folders. `ignore`: a class_type left out (the preflight node itself); `from_editor`: the prompt the editor
+    queues, whose display-widget values are not reported (`frontend_widget_inputs`). Returns (the verdict, its
+    lines)."""
     graph = {nid: n for nid, n in graph.items()  # (a node without class_type is not the ignored one: reported)
              if not (ignore is not None and isinstance(n, dict) and n.get("class_type") == ignore)}
+    verdict = judge(graph, schemas, pack_of, (), files, schema_check)
     available = None if available_nodes is None else set(available_nodes)
-    shaped = well_formed(graph)  # malformed nodes are reported by workflow_checks' schema check
-    checks = (missing_node_checks(shaped, available, disabled, pack_of)
-              if schema_check and available is not None else [])
+    shaped = well_formed(verdict.graph)  # malformed nodes are reported by the verdict's schema check
     files_checked = schema_check and files is not None
     # A model file the host lacks is one problem: missing_file_checks names it with the folder; the schema's
     # "not in the list" for the same input would say it twice.
-    skip = model_input_keys(shaped, schemas) if files_checked else frozenset()
-    checks += workflow_checks(graph, schemas, files, skip_inputs=skip, on_server=available is not None,
-                              schema_check=schema_check, pack_of=pack_of)
+    skip = model_input_keys(shaped, schemas) if files_checked else set()
+    if from_editor:
+        skip |= frontend_widget_inputs(shaped, schemas)
+    checks = (missing_node_checks(shaped, available, disabled, pack_of)
+              if schema_check and available is not None else [])
+    checks += verdict_checks(verdict, skip_inputs=skip, on_server=available is not None)
     if files_checked:
         checks += missing_file_checks(shaped, schemas, files)
-    return checks
+    return verdict, checks

@@ -12,9 +12,10 @@ from typing import Any
 
 from ..adapters.bounded_json import JSONLimitError
 from ..adapters.model_folders import host_files
+from ..adapters.server_routes import check_item
 from ..adapters.workflow_file import parse_graph_json
 from ..checks import environment, schemas, server
-from ..checks.problem import FAIL, PASS, WARN, Check
+from ..checks.problem import FAIL, WARN, Check
 from ..checks.workflow import preflight_checks
 from .common import H3KitInputError, Report, category
 
@@ -51,15 +52,16 @@ def graph_checks(graph: dict, pasted: bool) -> list[Check]:
     checked against the pinned schemas, plus this host's node list and model folders."""
     from . import DISABLED_NODES, pack_of
 
-    return preflight_checks(graph, pack_schemas(), host_files(), host_node_ids(), DISABLED_NODES,
-                            schema_check=pasted, pack_of=pack_of, ignore=NODE_ID)
+    _, checks = preflight_checks(graph, pack_schemas(), host_files(), host_node_ids(), DISABLED_NODES,
+                                 schema_check=pasted, pack_of=pack_of, ignore=NODE_ID)
+    return checks
 
 
 def environment_checks(graph: dict) -> list[Check]:
-    from ..adapters.host import comfyui_version, running_host_node_ids
+    from ..adapters.host import comfyui_version, render_devices, running_host_node_ids
 
     version = comfyui_version()
-    checks = environment.local_checks(version)
+    checks = environment.local_checks(version, render_devices())
     if version is not None:
         checks.append(server.comfyui_version_check(version, graph, running_host_node_ids(),
                                                    environment.kitchen_version()))
@@ -119,9 +121,9 @@ class H3KitPreflight:
         report = Report(NODE_ID)
         report.set(source="workflow_json" if pasted else "this graph", nodes=len(graph),
                    fail=len(failed), warn=sum(c.status == WARN for c in checks),
-                   checks=[{"status": c.status, "check": c.name, "detail": c.detail, "fix": c.fix} for c in checks])
+                   checks=[check_item(c) for c in checks])  # as the editor's route lists them
         for check in checks:
-            if check.status != PASS:
+            if check.status in (WARN, FAIL):
                 report.warn(f"{check.status} {check.name}: {check.detail}")
         if strict and failed:
             raise H3KitInputError(NODE_ID, "strict", True, f"{len(failed)} preflight check(s) failed: " +

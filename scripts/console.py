@@ -1,7 +1,7 @@
 """The one stream rule of every command (README, section 'Exit codes and output'):
 
-  stdout  the result: what the command made, found or checked and passed (PASS lines, listings, summaries,
-          paths written, --json documents)
+  stdout  the result: what the command made, found or checked and passed (PASS lines, INFO lines of what it
+          adapted, listings, summaries, paths written, --json documents)
   stderr  every error and warning (FAIL / WARN / ERROR / REJECTED / TIMEOUT / UNREACHABLE lines and their
           fixes), progress bars and log lines
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from ..checks.problem import PASS, Check, printable_lines
+from ..checks.problem import INFO, PASS, Check, printable_lines
 
 _LOCK = threading.Lock()  # run's fan-out prints from one thread per server
 
@@ -31,8 +31,8 @@ def problem(text: str) -> None:
 
 
 def check(line: Check, label: str = "") -> None:
-    """A PASS line is a result; a WARN or FAIL line (with its fix) is a problem."""
-    (result if line.status == PASS else problem)(label + line.line())
+    """A PASS or INFO line is a result; a WARN or FAIL line (with its fix) is a problem."""
+    (result if line.status in (PASS, INFO) else problem)(label + line.line())
 
 
 def _write(stream, text: str) -> None:

@@ -26,9 +26,10 @@ from ..adapters.workflow_file import load_graph
 from ..checks.environment import local_checks
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.graph import well_formed
-from ..checks.problem import FAIL, PASS, WARN, Check, printable
+from ..checks.problem import FAIL, INFO, PASS, WARN, Check, printable
 from ..checks.rules_files import model_input_keys
 from ..checks.validator import looks_like_ui_format
+from ..checks.verdict import verdict_of
 from ..checks.workflow import default_models_dir, missing_file_checks, workflow_checks
 from . import console
 from . import schemas as schema_src
@@ -121,13 +122,15 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
 
 def run(args: argparse.Namespace) -> int:
     checks, code = collect(args)
-    failed = sum(c.status == FAIL for c in checks)
-    warned = sum(c.status == WARN for c in checks)
+    counts = {status: sum(c.status == status for c in checks) for status in (FAIL, WARN, PASS, INFO)}
+    verdict = verdict_of(checks)  # the word validate, run and the editor's preflight give (checks/verdict.py)
     if args.json:
         rows = [{k: printable(v) if isinstance(v, str) else v for k, v in asdict(c).items()} for c in checks]
-        console.result(json.dumps({"checks": rows, "fail": failed, "warn": warned, "exit": code}, indent=2))
+        console.result(json.dumps({"checks": rows, "verdict": verdict, "fail": counts[FAIL], "warn": counts[WARN],
+                                   "info": counts[INFO], "exit": code}, indent=2))
     else:
         for check in checks:
             console.check(check)
-        console.result(f"\n{failed} FAIL, {warned} WARN, {len(checks) - failed - warned} PASS")
+        adapted = f", {counts[INFO]} INFO (inputs adapted to the server's layout)" if counts[INFO] else ""
+        console.result(f"\n{counts[FAIL]} FAIL, {counts[WARN]} WARN, {counts[PASS]} PASS{adapted}; verdict {verdict}")
     return code

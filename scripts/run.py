@@ -48,10 +48,9 @@ from ..checks.graph_edit import (
     seed_inputs,
     upload_input_name,
 )
-from ..checks.host_layout import adapt_graph
-from ..checks.problem import FAIL, PASS, WARN, Check, has_errors, printable
+from ..checks.problem import FAIL, PASS, WARN, Check, printable
 from ..checks.reports import report_checks
-from ..checks.validator import validate_with_rules
+from ..checks.verdict import REFUSED, judge
 from ..nodes.conditioning_cache import pack_version
 from . import console
 from . import schemas as schema_src
@@ -257,8 +256,8 @@ def read_workflow(path: Path) -> dict:
 
 def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: float | None) -> dict[str, dict]:
     """One copy of the graph per server, with that server's names for the uploaded files, adapted to that server's
-    input layout (checks.host_layout: each change printed) and validated against its /object_info (read again
-    after uploading, so its file lists include the new files)."""
+    input layout and validated against its /object_info (checks.verdict.judge; read again after uploading, so its
+    file lists include the new files)."""
     graphs = {}
     for server in servers:
         copy = json.loads(json.dumps(graph))
@@ -268,16 +267,16 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
                 apply_uploads(client, copy, uploads, info)
                 info = read_schemas(client)
             console.check(server_version_check(client, copy, info), f"{server}: ")
-        adaptation = adapt_graph(copy, info)  # this host's input layout (SaveVideo's three), shown change by change
-        for change in adaptation.changes:
-            say("", f"{server}: ADAPTED {change.text()}")
-        copy = adaptation.graph
-        problems = validate_with_rules(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
-        for p in problems:
+        # the verdict doctor, validate and the editor give (checks/verdict.py): the graph in this host's input
+        # layout (SaveVideo's three; each move an INFO line), validated and ruled on as it will be queued
+        verdict = judge(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
+        for line in verdict.change_checks():
+            console.check(line, f"{server}: ")
+        for p in verdict.problems:
             warn("", f"{server}: {p}")
-        if has_errors(problems):
+        if verdict.status == REFUSED:
             raise jobs.Rejected(f"the workflow does not validate against {server}; nothing was submitted")
-        graphs[server] = copy
+        graphs[server] = verdict.graph
     return graphs
 
 

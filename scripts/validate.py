@@ -1,9 +1,10 @@
 """Validate API-format ComfyUI workflows offline, or against a live server's /object_info.
 
-Checks what ComfyUI's /prompt validation checks (node types, required inputs, links and their types,
-widget ranges and options, an output node, no cycles), then the pipeline rules (checks/rules.py). Each
-problem names the node id, class_type, input, value and the fix. A file that is not a JSON workflow (an
-image, a model file) is named as what it is.
+Each file gets the verdict doctor, run and the editor's preflight give it (checks/verdict.py): OK, ADAPTED (inputs
+moved to the host's input layout, each named on an INFO line; exit 0) or FAIL. Checks what ComfyUI's /prompt
+validation checks (node types, required inputs, links and their types, widget ranges and options, an output node,
+no cycles), then the pipeline rules (checks/rules.py). Each problem names the node id, class_type, input, value and
+the fix. A file that is not a JSON workflow (an image, a model file) is named as what it is.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from ..adapters.server_probe import read_schemas, server_version_check
 from ..adapters.workflow_file import load_graph_file
 from ..checks.facts import EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
 from ..checks.problem import ERROR, Check
-from ..checks.validator import looks_like_ui_format, validate_with_rules
+from ..checks.validator import looks_like_ui_format
+from ..checks.verdict import REFUSED, judge
 from . import console
 from . import schemas as schema_src
 
@@ -72,18 +74,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(path: Path, schemas: dict, host_check: Callable[[dict | None], Check] | None) -> int:
-    """Print one file's verdict (and, against a server, the F01 line of checks.server's one rule)."""
+    """Print one file's verdict (checks.verdict.judge: OK, ADAPTED or FAIL, as doctor, run and the editor give it),
+    an INFO line per input moved to this host's layout, each problem, and, against a server, the F01 line of
+    checks.server's one rule."""
     graph, unreadable = load_graph_file(path)
-    problems = [unreadable] if unreadable else validate_with_rules(graph, schemas, schema_src.providing_pack,
-                                                                   schema_src.own_node_ids())
+    verdict = None if unreadable else judge(graph, schemas, schema_src.providing_pack, schema_src.own_node_ids())
+    problems = [unreadable] if verdict is None else verdict.problems
     errors = [p for p in problems if p.severity == ERROR]
-    summary = f"{path}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
+    word = REFUSED if verdict is None else verdict.status
+    moved = f", {len(verdict.changes)} input(s) adapted to this host's layout" if verdict and verdict.changes else ""
+    summary = f"{word} {path}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s){moved}"
     if errors:
-        console.problem(f"FAIL {summary}")
+        console.problem(summary)
     else:
-        console.result(f"OK {summary}")
+        console.result(summary)
+    for line in verdict.change_checks() if verdict is not None else []:
+        console.check(line, "  ")
     for p in problems:
         console.problem(f"  {p}")
-    if host_check is not None and isinstance(graph, dict) and not looks_like_ui_format(graph):
-        console.check(host_check(graph), "  ")
+    if host_check is not None and verdict is not None and isinstance(graph, dict) and not looks_like_ui_format(graph):
+        console.check(host_check(verdict.graph), "  ")
     return EXIT_INVALID if errors else EXIT_OK

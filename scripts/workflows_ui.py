@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,70 @@ SLOT_H, WIDGET_H, MULTILINE_H = 20, 24, 110
 # that room keeps the node from covering the one stacked under it once the user picks a file.
 UPLOAD_PREVIEW_H = 240
 PICTURE_UPLOAD = "IMAGEUPLOAD"  # the upload button of an image or video combo
-TITLE_H, COL_GAP, ROW_GAP, GROUP_PAD, GROUP_TITLE_H = 30, 90, 50, 20, 45
+TITLE_H, COL_GAP, ROW_GAP, GROUP_PAD, GROUP_TITLE_H, BLOCK_GAP = 30, 60, 15, 15, 40, 20
+# The graph is laid out to fit, whole and readable, the editor's canvas in a 1600 x 1000 window (a laptop screen; the
+# tier-d harness's window): 1600 x 960 below the tab bar, less the side bar and toolbars that float over it
+# (VIEW_LEFT/TOP) and a margin. Frontends 1.49 and 1.58 draw node text only at a zoom of at least
+# LiteGraph.Canvas.MinFontSizeForLOD (8 px by default) / the node text size (14 px); below that a node is a grey box.
+VIEW_W, VIEW_H, VIEW_LEFT, VIEW_TOP, VIEW_MARGIN = 1600, 960, 60, 60, 20
+TEXT_ZOOM = 8 / 14
+
+
+@dataclass(frozen=True)
+class Template:
+    """How a shipped graph shows in the template browser. Frontends 1.27 to 1.58 give a custom node's template only its
+    file name (`/workflow_templates` lists names; the card's title and text are that name), so the title is the UI
+    copy's file name, and the description is drawn on the thumbnail, the card's picture (and kept in extra.h3kit)."""
+
+    title: str
+    description: str
+    start_here: bool = False  # the first graph to open: marked on its thumbnail
+
+
+TEMPLATES = {
+    "h3kit_handoff_demo": Template(
+        "Start here - no model needed",
+        "The H3Kit demo: a synthetic H3 draft through the handoff and a guard. Any ComfyUI, even on CPU.", True),
+    "h3_ltx_two_stage": Template(
+        "H3 draft, LTX-2.5 refine",
+        "Two stages, text to video with audio: a MiniMax-H3 draft at 672x384, refined x2 by LTX-2.5 to 1344x768."),
+    "h3_ltx_two_stage_cached_cond": Template(
+        "H3 draft, LTX-2.5, cached prompt",
+        "The two-stage graph without the Gemma encoder: the refine prompt's conditioning loads from a cache file."),
+    "h3_ltx_two_stage_turing": Template(
+        "H3 and LTX-2.5 on RTX 20xx",
+        "The two-stage graph for RTX 20xx (Turing, sm_75) cards: int8 H3, a GGUF refiner, fp16. Needs ComfyUI-GGUF."),
+    "h3_ltx_two_stage_544": Template(
+        "H3, LTX-2.5 on RTX 20xx, 544x320",
+        "The RTX 20xx graph at 544x320, refined to 1088x640: faster. Needs ComfyUI-GGUF."),
+    "h3_native_362_lowvram": Template(
+        "H3 only, 15 s clip, low VRAM",
+        "One 362-frame MiniMax-H3 clip; attention and feed-forward in chunks so it fits 32 GB."),
+    "h3_effects_t2va": Template(
+        "H3 text to video, bullet time",
+        "Text to video with audio and an effect embedding (bullet time) applied inside the prompt."),
+    "h3_ref2va_two_characters": Template(
+        "H3 Ref2VA, two characters",
+        "Reference to video: upload two pictures; the checked Ref2VA prompt gives each character its shots."),
+    "h3_ref2va_two_stage": Template(
+        "H3 Ref2VA, LTX-2.5 refine",
+        "Two stages: two characters from your pictures, then the LTX-2.5 x2 refine."),
+}
+UNSAFE_IN_NAMES = set('/\\:*?"<>|#%+\'') | {chr(c) for c in range(32)}  # Windows, URLs, or the editor's selectors
+
+
+def template_of(name: str) -> Template:
+    """The template entry of API graph `name` (a graph without one shows as its file name)."""
+    return TEMPLATES.get(name, Template(name, ""))
+
+
+def ui_name(name: str) -> str:
+    """The UI copy's file name (without .json / .jpg) for API graph `name`: its template title."""
+    title = template_of(name).title
+    if not title or title != title.strip(" .") or UNSAFE_IN_NAMES & set(title) or len(title) > 100:
+        raise WorkflowUIError(f"workflows/api/{name}.json: the title {title!r} cannot be a file name on every system "
+                              "and URL; use letters, digits, spaces, commas, parentheses and '-' (at most 100)")
+    return title
 
 
 class WorkflowUIError(ValueError):
@@ -232,29 +297,167 @@ def node_size(info: dict, api_inputs: dict, title: str) -> list[int]:
     height = max(link_only, len(info.get("output", []))) * SLOT_H + len(widgets) * WIDGET_H + 10
     height += MULTILINE_H if multiline else 0
     height += UPLOAD_PREVIEW_H if any(w.spec == [PICTURE_UPLOAD] for w in all_widgets) else 0
-    width = max(400 if multiline else 270, 8 * len(title) + 60)
+    width = max(400 if multiline else 270, 7 * len(title) + 50)  # a title in the editor's 14 px font
     return [width, max(height, 2 * SLOT_H + 6)]
 
 
-def layout(graph: dict, sizes: dict[str, list[int]], stages: dict[str, str | None]) -> dict[str, list[int]]:
-    """Top-left body position per node: one band of columns per stage, left to right in pipeline order,
-    columns by dependency depth inside a band, rows stacked without overlap (title bar included)."""
+@dataclass
+class Block:
+    """One stage's nodes laid out inside its group: columns by dependency depth, wrapped into rows at a width."""
+
+    stage: str | None
+    positions: dict[str, list[int]]  # inside the block, (0, 0) = the group's top-left corner
+    width: int
+    height: int
+    rows: int
+
+
+def layout_depth(graph: dict) -> dict[str, int]:
+    """Dependency depth, with each source node (a loader, a constant) moved next to its first consumer: six
+    loaders stacked at depth 0 made one tall column far from the nodes they feed."""
     depth = dependency_depth(graph)
-    band_keys = [s for s in STAGES if s in stages.values()] + ([None] if None in stages.values() else [])
-    positions: dict[str, list[int]] = {}
-    x = 0
-    for band in band_keys:
+    consumers: dict[str, list[str]] = {n: [] for n in graph}
+    for src, _slot, dst, _name in _links_of(graph):
+        if src in graph:
+            consumers[src].append(dst)
+    return {n: (min(depth[c] for c in consumers[n]) - 1 if depth[n] == 0 and consumers[n] else depth[n])
+            for n in graph}
+
+
+def stage_columns(graph: dict, stages: dict[str, str | None]) -> list[tuple[str | None, list[list[str]]]]:
+    """[(stage, columns)] in pipeline order; a column holds the stage's nodes of one layout depth."""
+    depth = layout_depth(graph)
+    bands = [s for s in STAGES if s in stages.values()] + ([None] if None in stages.values() else [])
+    found = []
+    for band in bands:
         members = [n for n in graph if stages[n] == band]
-        for column_depth in sorted({depth[n] for n in members}):
-            column = [n for n in members if depth[n] == column_depth]
-            column.sort(key=lambda n: (_mean_source_y(graph, n, positions), _id_key(n)))
-            y = GROUP_TITLE_H + TITLE_H + GROUP_PAD
-            for n in column:
-                positions[n] = [x + GROUP_PAD, y]
-                y += sizes[n][1] + TITLE_H + ROW_GAP
-            x += max(sizes[n][0] for n in column) + COL_GAP
-        x += 2 * GROUP_PAD
-    return positions
+        found.append((band, [sorted((n for n in members if depth[n] == d), key=_id_key)
+                             for d in sorted({depth[n] for n in members})]))
+    return found
+
+
+def _column_size(column: list[str], sizes: dict[str, list[int]]) -> tuple[int, int]:
+    return max(sizes[n][0] for n in column), sum(sizes[n][1] + TITLE_H + ROW_GAP for n in column) - ROW_GAP
+
+
+def split_columns(columns: list[list[str]], sizes: dict[str, list[int]], max_height: int) -> list[list[str]]:
+    """A column taller than `max_height` (six loaders stacked) becomes several side by side, each at most that tall
+    (or one node)."""
+    found = []
+    for column in columns:
+        part: list[str] = []
+        for n in column:
+            if part and _column_size([*part, n], sizes)[1] > max_height:
+                found.append(part)
+                part = []
+            part.append(n)
+        found.append(part)
+    return found
+
+
+def block_layout(stage: str | None, columns: list[list[str]], sizes: dict[str, list[int]], wrap: int,
+                 graph: dict) -> Block:
+    """The stage's columns left to right, a new row below once the next column would pass `wrap` px; each column's
+    nodes stacked, ordered by where their inputs come from (fewer crossing links)."""
+    positions: dict[str, list[int]] = {}
+    x = y = row_h = width = 0
+    rows, top = 1, GROUP_TITLE_H + TITLE_H
+    for column in columns:
+        col_w, col_h = _column_size(column, sizes)
+        if x and x + col_w > wrap:
+            x, y = 0, y + row_h + ROW_GAP + TITLE_H
+            row_h, rows = 0, rows + 1
+        column = sorted(column, key=lambda n: (_mean_source_y(graph, n, positions), _id_key(n)))
+        cy = y
+        for n in column:
+            positions[n] = [GROUP_PAD + x, top + cy]
+            cy += sizes[n][1] + TITLE_H + ROW_GAP
+        width, row_h = max(width, x + col_w), max(row_h, col_h)
+        x += col_w + COL_GAP
+    return Block(stage, positions, width + 2 * GROUP_PAD, top + y + row_h + GROUP_PAD, rows)
+
+
+RIGHT, BELOW, NEW_ROW = "right", "below", "row"  # where the next stage's group goes
+
+
+def arrange(blocks: list[Block], moves: tuple[str, ...]) -> tuple[list[tuple[int, int]], int, int]:
+    """Each block's top-left corner, in pipeline order: the first at the origin, each next one right of the column
+    before it, below the one before it (a small stage under the previous one), or at the start of a new row
+    (`moves`, one per block after the first); (corners, total width, total height)."""
+    corners = [(0, 0)]
+    row_y, row_h = 0, blocks[0].height
+    col_x, col_w, col_y = 0, blocks[0].width, blocks[0].height
+    for block, move in zip(blocks[1:], moves, strict=True):
+        if move == BELOW:
+            corners.append((col_x, row_y + col_y + BLOCK_GAP))
+            col_y += BLOCK_GAP + block.height
+            col_w = max(col_w, block.width)
+        else:
+            if move == NEW_ROW:
+                row_y, row_h, col_x = row_y + row_h + BLOCK_GAP, 0, 0
+            else:
+                col_x += col_w + BLOCK_GAP
+            corners.append((col_x, row_y))
+            col_w, col_y = block.width, block.height
+        row_h = max(row_h, col_y)
+    width = max(x + b.width for b, (x, _) in zip(blocks, corners, strict=True))
+    return corners, width, row_y + row_h
+
+
+def fitted_zoom(width: int, height: int) -> float:
+    """The largest zoom (at most 1) at which a width x height graph shows whole in the view, from its top-left
+    corner at (VIEW_LEFT, VIEW_TOP) on screen."""
+    return min(1.0, (VIEW_W - VIEW_LEFT - VIEW_MARGIN) / width, (VIEW_H - VIEW_TOP - VIEW_MARGIN) / height)
+
+
+def layout(graph: dict, sizes: dict[str, list[int]],
+           stages: dict[str, str | None]) -> tuple[dict[str, list[int]], list[tuple[str | None, list[int]]]]:
+    """Top-left body position per node and each stage's group [x, y, width, height]: the pipeline reads left to right, stage by
+    stage, and wraps into rows, at the wrap widths that let the editor show the whole graph at the largest zoom
+    (a long strip opened at 13-16 % in 1.49 and 1.58, where no node text is drawn). Ties: the fewest rows."""
+    shapes = [stage_shapes(stage, cols, sizes, graph) for stage, cols in stage_columns(graph, stages)]
+    best: tuple[tuple[float, int], list[Block], list[tuple[int, int]]] | None = None  # (zoom, -rows), ...
+    for blocks in product(*shapes):
+        for moves in product((RIGHT, BELOW, NEW_ROW), repeat=len(blocks) - 1):
+            corners, width, height = arrange(list(blocks), moves)
+            bends = sum(m != RIGHT for m in moves) + sum(b.rows for b in blocks)  # fewer: the plainer reading order
+            score = (round(fitted_zoom(width, height), 3), -bends)
+            if best is None or score > best[0]:
+                best = (score, list(blocks), corners)
+    assert best is not None  # a graph has a node
+    _, blocks, corners = best
+    positions = {n: [cx + x, cy + y] for block, (cx, cy) in zip(blocks, corners, strict=True)
+                 for n, (x, y) in block.positions.items()}
+    groups = [(b.stage, [cx, cy, b.width, b.height]) for b, (cx, cy) in zip(blocks, corners, strict=True)]
+    return positions, groups
+
+
+def stage_shapes(stage: str | None, columns: list[list[str]], sizes: dict[str, list[int]], graph: dict) -> list[Block]:
+    """The stage's block at every column height and row width worth trying, keeping only shapes no other shape beats
+    in both width and height (the few the whole graph's arrangement chooses from)."""
+    tallest = max(_column_size(c, sizes)[1] for c in columns)
+    lowest = max(sizes[n][1] + TITLE_H for c in columns for n in c)
+    found: dict[tuple[int, int], Block] = {}
+    for max_height in sorted({tallest, *range(lowest, tallest, 100)}):
+        split = split_columns(columns, sizes, max_height)
+        for wrap in _prefix_widths(split, sizes):
+            block = block_layout(stage, split, sizes, wrap, graph)
+            key = (block.width, block.height)
+            if key not in found or block.rows < found[key].rows:
+                found[key] = block
+    return [b for b in found.values()
+            if not any(o.width <= b.width and o.height <= b.height and o is not b
+                       and (o.width, o.height) != (b.width, b.height) for o in found.values())]
+
+
+def _prefix_widths(columns: list[list[str]], sizes: dict[str, list[int]]) -> list[int]:
+    """The widths at which a stage's row of columns could wrap: after each column."""
+    found, x = [], 0
+    for column in columns:
+        x += _column_size(column, sizes)[0]
+        found.append(x)
+        x += COL_GAP
+    return found
 
 
 def _mean_source_y(graph: dict, node_id: str, positions: dict[str, list[int]]) -> float:
@@ -314,7 +517,7 @@ def api_to_ui(name: str, graph: dict, schemas: dict) -> dict:
               for n, node in graph.items()}
     sizes = {n: node_size(infos[n], graph[n].get("inputs", {}), titles[n]) for n in graph}
     stages = assign_stages(graph)
-    positions = layout(graph, sizes, stages)
+    positions, groups = layout(graph, sizes, stages)
     depth = dependency_depth(graph)
     ui_nodes: dict[str, dict] = {}
     for order, n in enumerate(sorted(graph, key=lambda k: (depth[k], _id_key(k)))):
@@ -342,12 +545,13 @@ def api_to_ui(name: str, graph: dict, schemas: dict) -> dict:
         "last_link_id": len(links),
         "nodes": [ui_nodes[n] for n in sorted(graph, key=_id_key)],
         "links": links,
-        "groups": _groups(graph, stages, positions, sizes),
+        "groups": _groups(groups),
         "config": {},
         "extra": {
-            "ds": {"scale": _fit_scale(positions, sizes), "offset": [40, 20]},
+            "ds": _view(positions, sizes, groups),
             "h3kit": {"generated_from": f"workflows/api/{name}.json", "generator": GENERATOR,
-                      "source_fingerprint": graph_fingerprint(graph)},
+                      "source_fingerprint": graph_fingerprint(graph), "title": template_of(name).title,
+                      "description": template_of(name).description},
         },
         "version": 0.4,
     }
@@ -374,26 +578,18 @@ def _wire(name: str, graph: dict, ids: dict[str, int], ui_nodes: dict[str, dict]
     return links
 
 
-def _groups(graph: dict, stages: dict, positions: dict, sizes: dict) -> list[dict]:
-    groups = []
-    for stage in STAGES:
-        members = [n for n in graph if stages[n] == stage]
-        if not members:
-            continue
-        x0 = min(positions[n][0] for n in members) - GROUP_PAD
-        y0 = min(positions[n][1] for n in members) - TITLE_H - GROUP_TITLE_H
-        x1 = max(positions[n][0] + sizes[n][0] for n in members) + GROUP_PAD
-        y1 = max(positions[n][1] + sizes[n][1] for n in members) + GROUP_PAD
-        groups.append({"id": len(groups) + 1, "title": stage, "bounding": [x0, y0, x1 - x0, y1 - y0],
-                       "color": STAGE_COLORS[stage], "font_size": 24, "flags": {}})
-    return groups
+def _groups(groups: list[tuple[str | None, list[int]]]) -> list[dict]:
+    return [{"id": i + 1, "title": stage, "bounding": rect, "color": STAGE_COLORS[stage], "font_size": 24, "flags": {}}
+            for i, (stage, rect) in enumerate(g for g in groups if g[0] is not None)]
 
 
-def _fit_scale(positions: dict, sizes: dict) -> float:
-    width = max(p[0] + sizes[n][0] for n, p in positions.items())
-    height = max(p[1] + sizes[n][1] for n, p in positions.items())
-    # below ~0.6 litegraph draws nodes without text; start readable at the left and let the user pan
-    return round(max(0.6, min(1.0, 1500 / width, 850 / height)), 2)
+def _view(positions: dict, sizes: dict, groups: list[tuple[str | None, list[int]]]) -> dict:
+    """The view the file opens at (1.27 and 1.40 use it; for 1.49 and 1.58 the pack's extension applies it to its
+    templates): the whole graph, nodes and groups, at the largest zoom that fits, from its top-left corner."""
+    width = max([p[0] + sizes[n][0] for n, p in positions.items()] + [x + w for _, (x, _, w, _) in groups])
+    height = max([p[1] + sizes[n][1] for n, p in positions.items()] + [y + h for _, (_, y, _, h) in groups])
+    scale = math.floor(fitted_zoom(width, height) * 1000) / 1000
+    return {"scale": scale, "offset": [round(VIEW_LEFT / scale), round(VIEW_TOP / scale)]}
 
 
 # ---------------------------------------------------------------- thumbnails
@@ -412,10 +608,15 @@ def stage_summary(graph: dict) -> list[tuple[str, list[str]]]:
 
 
 def render_thumbnail(name: str, graph: dict) -> bytes:
-    """A small JPEG diagram: one box per stage holding its nodes, arrows between stages."""
+    """A small JPEG: the template's title and description (the card shows nothing else of them), the start-here
+    mark, and a diagram with one box per stage holding its nodes, arrows between stages."""
     from .workflow_thumbnail import draw_stage_diagram
 
-    return draw_stage_diagram(name, stage_summary(graph), comment=graph_fingerprint(graph))
+    template = template_of(name)
+    fingerprint = graph_fingerprint({"graph": graph, "template": [template.title, template.description,
+                                                                   template.start_here]})
+    return draw_stage_diagram(template.title, stage_summary(graph), comment=fingerprint,
+                              description=template.description, start_here=template.start_here)
 
 
 # ---------------------------------------------------------------- files
@@ -434,8 +635,8 @@ def expected_files(api_dir: Path, out_dir: Path, schemas: dict) -> dict[Path, by
         if not isinstance(graph, dict) or not all(isinstance(v, dict) and "class_type" in v for v in graph.values()):
             raise WorkflowUIError(f"{path}: not an API-format graph (every value needs a class_type)")
         workflow = api_to_ui(path.stem, graph, schemas)
-        files[out_dir / f"{path.stem}.json"] = (json.dumps(workflow, indent=1) + "\n").encode()
-        files[out_dir / f"{path.stem}.jpg"] = render_thumbnail(path.stem, graph)
+        files[out_dir / f"{ui_name(path.stem)}.json"] = (json.dumps(workflow, indent=1) + "\n").encode()
+        files[out_dir / f"{ui_name(path.stem)}.jpg"] = render_thumbnail(path.stem, graph)
     return files
 
 
@@ -467,7 +668,7 @@ def stale_files(api_dir: Path, out_dir: Path, schemas: dict) -> list[str]:
     problems = [f"{p.name}: {'stale' if p.exists() else 'missing'}" for p, c in expected.items() if not is_current(p, c)]
     for path in sorted(list(out_dir.glob("*.json")) + list(out_dir.glob("*.jpg"))):
         if path not in expected:
-            problems.append(f"{path.name}: left over (no workflows/api/{path.stem}.json)")
+            problems.append(f"{path.name}: left over (no graph in {api_dir} is generated under this name)")
     return problems
 
 

@@ -331,7 +331,9 @@ class Editor:
         return state
 
     def load_workflow(self, workflow: dict) -> None:
-        self.js("wf => { app.loadGraphData(wf); return true }", workflow)
+        """Load a UI-format workflow and wait until the frontend has finished loading it (its graph may be replaced
+        until then)."""
+        self.js("async wf => { await app.loadGraphData(wf); return true }", workflow)
 
     def drop(self, name: str, text: str) -> None:
         self.js("([name, text]) => __h3.drop(name, text)", [name, text])
@@ -360,6 +362,46 @@ class Editor:
         self.page.wait_for_function("img => img.complete && img.naturalWidth > 0",
                                     arg=card.locator("img").first.element_handle(), timeout=20_000)
         card.click()
+
+    def template_cards(self, module: str) -> list[dict]:
+        """The template browser's cards for `module` as a user sees them: {title (the card's heading), cut (the heading
+        is cut with an ellipsis: its text is wider than the card), image (the SHA-256 of the picture it shows)}."""
+        self.js("() => { app.extensionManager.command.execute('Comfy.BrowseTemplates'); }")
+        self.page.locator(f"{TEMPLATE_CARDS}, .template-card").first.wait_for(state="attached", timeout=60_000)
+        entry = self.page.locator(".p-dialog li.p-listbox-option, [role=dialog] *, [data-reka-dialog-content] *") \
+            .get_by_text(module, exact=True).first
+        try:
+            entry.wait_for(state="visible", timeout=20_000)
+        except PlaywrightTimeout:
+            self.page.get_by_text(self.pack_section, exact=True).first.click(timeout=60_000)
+        entry.click(timeout=90_000)
+        self.page.wait_for_timeout(3000)
+        cards = self.page.locator(f"{TEMPLATE_CARDS}, .template-card")
+        found = []
+        for i in range(cards.count()):
+            card = cards.nth(i)
+            card.scroll_into_view_if_needed(timeout=30_000)  # thumbnails load lazily, when the card is visible
+            image = card.locator("img").first
+            image.wait_for(timeout=20_000)
+            self.page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle(),
+                                        timeout=20_000)
+            found.append(card.evaluate("""async card => { const h = card.querySelector('h3, [class*=title]');
+                const img = card.querySelector('img');
+                const bytes = await (await fetch(img.currentSrc || img.src)).arrayBuffer();
+                const digest = [...new Uint8Array(await crypto.subtle.digest('SHA-256', bytes))]
+                    .map(b => b.toString(16).padStart(2, '0')).join('');
+                return {title: h?.textContent.trim(), cut: !!h && h.scrollWidth > h.clientWidth + 1, image: digest}; }"""))
+        self.page.keyboard.press("Escape")
+        return found
+
+    def view(self) -> dict:
+        """The canvas as the user sees it: zoom, whether nodes are drawn without text (level of detail), and the nodes
+        not wholly inside the visible area."""
+        return self.js("""() => { const c = app.canvas, r = c.canvas.getBoundingClientRect(), th = LiteGraph.NODE_TITLE_HEIGHT;
+            const [vx, vy, vw, vh] = [-c.ds.offset[0], -c.ds.offset[1], r.width / c.ds.scale, r.height / c.ds.scale];
+            const outside = app.graph.nodes.filter(n => n.pos[0] < vx || n.pos[1] - th < vy
+                || n.pos[0] + n.size[0] > vx + vw || n.pos[1] + n.size[1] > vy + vh).map(n => n.title);
+            return {scale: c.ds.scale, low_quality: !!(c.low_quality ?? c._isLowQuality), outside}; }""")
 
     # ------------------------------------------------------------------ what the frontend reports
     def load_report(self, expected: bool) -> dict[str, list[str]]:

@@ -15,11 +15,13 @@ failure fails.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from browser_fixtures import open_editor
@@ -49,14 +51,20 @@ README_GROUP_MARGIN = (workflows_ui.GROUP_PAD, workflows_ui.TITLE_H + workflows_
 PREFLIGHT_SETTING = "H3Kit.Preflight.Enabled"
 CLIFF_SIGMAS = "0.95, 0.7, 0.4, 0"  # F23: a refine that starts above 0.8 repaints faces
 MAX_ADDED_LATENCY_MS = 200  # issue 18: a healthy 40-node graph queues at most this much later with the check
+TEXT_ZOOM = 8 / 14  # 1.49/1.58 draw node text from LiteGraph.Canvas.MinFontSizeForLOD (8 px) / node text (14 px) up
 
 
 def _api_graph(name: str) -> dict:
     return json.loads((API_DIR / f"{name}.json").read_text(encoding="utf-8"))
 
 
+def _ui_file(name: str, suffix: str = ".json") -> Path:
+    """The UI copy of API graph `name`: named by its template title (what the template browser shows)."""
+    return PACK_ROOT / "workflows" / f"{workflows_ui.ui_name(name)}{suffix}"
+
+
 def _ui_workflow(name: str) -> dict:
-    return json.loads((PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
+    return json.loads(_ui_file(name).read_text(encoding="utf-8"))
 
 
 def _unknown_types(graph: dict, server_nodes: set[str]) -> set[str]:
@@ -89,7 +97,8 @@ def _save_readme_shot(png: Path, target: Path) -> None:
 # --- the template browser and file drops --------------------------------------------------------------
 
 def test_templates_are_listed(server):
-    assert sorted(server.get("/api/workflow_templates").get(TEMPLATE_MODULE, [])) == WORKFLOW_NAMES
+    listed = server.get("/api/workflow_templates").get(TEMPLATE_MODULE, [])
+    assert sorted(listed) == sorted(workflows_ui.ui_name(n) for n in WORKFLOW_NAMES)
 
 
 def test_listed_templates_open(server):
@@ -98,9 +107,10 @@ def test_listed_templates_open(server):
 
     for name in WORKFLOW_NAMES:
         for suffix in (".json", ".jpg"):
-            response = requests.get(f"{server.url}/api/workflow_templates/{TEMPLATE_MODULE}/{name}{suffix}", timeout=30)
+            title = quote(workflows_ui.ui_name(name))
+            response = requests.get(f"{server.url}/api/workflow_templates/{TEMPLATE_MODULE}/{title}{suffix}", timeout=30)
             assert response.status_code == 200, f"{name}{suffix}: HTTP {response.status_code}"
-            assert response.content == (PACK_ROOT / "workflows" / f"{name}{suffix}").read_bytes()
+            assert response.content == _ui_file(name, suffix).read_bytes()
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
@@ -109,19 +119,23 @@ def test_template_browser_opens_workflow(editor, server_info, name):
     unknown = _unknown_types(graph, set(server_info))
     assert not {t for t in unknown if t.startswith("H3Kit")}, f"H3Kit nodes absent from the server: {unknown}"
     editor.start_clean()
-    editor.open_template(TEMPLATE_MODULE, name)
+    editor.open_template(TEMPLATE_MODULE, workflows_ui.ui_name(name))
     state = editor.settle(len(graph))
+    view = editor.view()
     editor.screenshot(ARTIFACTS / f"{name}-v{'.'.join(map(str, editor.version))}.png")
     assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
     _assert_load_report(editor, state, graph, server_info, name)
+    # issue 30: opened readable, not as a strip at 13 % where every node is a grey box
+    assert view["scale"] >= TEXT_ZOOM and not view["low_quality"], view
+    assert view["outside"] == [], f"{name}: nodes outside the window at {view['scale']:.2f}: {view['outside']}"
 
 
 @pytest.mark.parametrize("name", WORKFLOW_NAMES)
 def test_dropping_ui_file_loads_workflow(editor, server_info, name):
     graph = _api_graph(name)
     editor.start_clean()
-    editor.drop(f"{name}.json", (PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
+    editor.drop(_ui_file(name).name, _ui_file(name).read_text(encoding="utf-8"))
     state = editor.settle(len(graph))
     assert state["graph"]["nodes"] == len(graph), f"{name}: {dumps(state)}"
     assert state["graph"]["links"] == _link_count(graph)
@@ -157,7 +171,7 @@ def test_dropped_ui_file_queues_the_graphs_values(editor, server_info, name):
     layout of each node: what the editor would queue (its own graphToPrompt) carries every value and link."""
     graph = _api_graph(name)
     editor.start_clean()
-    editor.drop(f"{name}.json", (PACK_ROOT / "workflows" / f"{name}.json").read_text(encoding="utf-8"))
+    editor.drop(_ui_file(name).name, _ui_file(name).read_text(encoding="utf-8"))
     editor.settle(len(graph))
     prompt = editor.js("async () => (await app.graphToPrompt()).output")
     assert _queued_differences(prompt, graph, server_info) == [], dumps(prompt)
@@ -197,7 +211,7 @@ def test_demo_runs_from_the_run_button(editor, server, server_nodes):
     graph = _api_graph(RUNNABLE_WORKFLOW)
     assert _unknown_types(graph, server_nodes) == set()
     editor.start_clean()
-    editor.open_template(TEMPLATE_MODULE, RUNNABLE_WORKFLOW)
+    editor.open_template(TEMPLATE_MODULE, workflows_ui.ui_name(RUNNABLE_WORKFLOW))
     assert editor.settle(len(graph))["graph"]["nodes"] == len(graph)
     before = set(server.get("/history"))
     editor.queue()
@@ -217,13 +231,14 @@ def _server_queue_size(server: ComfyUIServer) -> int:
     return len(queue.get("queue_running", [])) + len(queue.get("queue_pending", []))
 
 
-def _load_repaint_cliff(editor: Editor) -> str:
-    """The shipped two-stage graph with the refine's sigmas edited by hand to a repaint cliff (F23)."""
+def _load_repaint_cliff(editor: Editor, sigmas: str = CLIFF_SIGMAS) -> str:
+    """The shipped two-stage graph with the refine's sigmas edited by hand to a repaint cliff (F23). (Other sigmas
+    than an earlier test's: "Run anyway" there lets the same problems through for 30 s.)"""
     editor.start_clean()
     editor.load_workflow(_ui_workflow("h3_ltx_two_stage"))
     editor.page.wait_for_function("app.graph.nodes.some(n => n.type === 'H3KitRefineSetup')", timeout=30_000)
     editor.js("__h3.closeAll(); true")
-    editor.widgets("H3KitRefineSetup", schedule="manual", manual_sigmas=CLIFF_SIGMAS)
+    editor.widgets("H3KitRefineSetup", schedule="manual", manual_sigmas=sigmas)
     return next(k for k, n in _api_graph("h3_ltx_two_stage").items() if n["class_type"] == "H3KitRefineSetup")
 
 
@@ -281,6 +296,81 @@ def test_check_command_lists_the_problems_without_queueing(editor):
     assert dialog.get_by_role("button", name="Run anyway").count() == 0
     dialog.get_by_role("button", name="Close").click()
     assert editor.posts("/api/prompt", started) == []
+
+
+# What ComfyUI's own missing-file list names (frontend 1.49 on: its error panel's store), read as the extension reads it;
+# null where this frontend keeps no such list.
+COMFY_LISTED_MODELS = """() => { const s = document.getElementById('vue-app')?.__vue_app__?.config?.globalProperties
+    ?.$pinia?._s?.get('missingModel'); if (!s) return null;
+    const items = 'visibleMissingModelCandidates' in s ? s.visibleMissingModelCandidates : s.missingModelCandidates;
+    return (items ?? []).filter(c => c.isMissing !== false).map(c => c.name); }"""
+DIALOG_AND_RUN = """() => { const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+    const run = [...document.querySelectorAll('[data-testid=queue-button], #queue-button, .comfyui-queue-button')]
+        .find(e => e.getClientRects().length);
+    const dialog = document.querySelector('[data-testid=h3kit-preflight-dialog]');
+    const [l, t, r, b] = box(run), hit = document.elementFromPoint((l + r) / 2, (t + b) / 2);
+    return {run: box(run), dialog: box(dialog), run_on_top: run.contains(hit)}; }"""
+
+
+def test_the_panel_adds_only_what_comfyui_does_not_show_and_leaves_run_uncovered(editor, server, server_info):
+    """Issue 30: ComfyUI already lists the nine missing model files; the panel listed the same nine again (ten cards,
+    covering Run). Now the files ComfyUI lists are one line, the F23 problem it cannot know is shown in full, and the
+    panel sits beside Run: Run stays visible and on top."""
+    _load_repaint_cliff(editor, "0.9, 0.7, 0.4, 0")
+    editor.page.wait_for_timeout(3000)  # the frontend checks the loaders' files against the server after loading
+    listed = editor.js(COMFY_LISTED_MODELS)
+    absent = absent_files(_api_graph("h3_ltx_two_stage"), server_info).files["missing-model"]
+    editor.queue()
+    dialog = editor.preflight_dialog()
+    dialog.wait_for(timeout=30_000)
+    editor.page.wait_for_timeout(1500)  # the panel follows the Run bar while the frontend lays out its error panel
+    text = dialog.inner_text()
+    editor.screenshot(ARTIFACTS / f"preflight-panel-v{'.'.join(map(str, editor.version))}.png")
+    assert "F23" in text and "Fix: use schedule identity_0.78" in text, text
+    if listed is not None:  # 1.49 on: ComfyUI lists them itself
+        assert sorted(listed) == sorted(absent), listed
+        assert f"{len(absent)} model file(s) missing, listed by ComfyUI" in text, text
+        assert not [f for f in absent if f in text], f"the panel repeats ComfyUI's list:\n{text}"
+        assert dialog.locator(".h3kit-preflight-item.h3kit-FAIL").count() == 2, text
+    else:  # a frontend without its own list: the panel names every file
+        assert all(f in text for f in absent), text
+    geometry = editor.js(DIALOG_AND_RUN)
+    (rl, rt, rr, rb), (dl, dt, dr, db) = geometry["run"], geometry["dialog"]
+    assert dr <= rl or rr <= dl or db <= rt or rb <= dt, f"the panel covers Run: {geometry}"
+    assert geometry["run_on_top"], geometry
+    dialog.get_by_role("button", name="Cancel").click()
+
+
+def test_when_only_files_comfyui_lists_are_missing_no_second_panel_opens(editor, server, server_info):
+    """The unchanged two-stage graph on a host without its weights: ComfyUI's own error panel lists the files; the
+    pack opens nothing more and lets ComfyUI answer the Run (where the frontend keeps no list, the panel names them)."""
+    editor.start_clean()
+    editor.load_workflow(_ui_workflow("h3_ltx_two_stage"))
+    editor.page.wait_for_function("app.graph.nodes.some(n => n.type === 'H3KitRefineSetup')", timeout=30_000)
+    editor.page.wait_for_timeout(3000)
+    listed = editor.js(COMFY_LISTED_MODELS)
+    pressed = editor.queue()
+    editor.page.wait_for_timeout(5000)
+    if listed:
+        assert editor.preflight_dialog().count() == 0, editor.preflight_dialog().inner_text()
+        assert editor.posts("/api/h3kit/preflight", pressed) and len(editor.posts("/api/prompt", pressed)) == 1
+    else:
+        assert editor.preflight_dialog().count() == 1
+    editor.js("__h3.closeAll(); true")
+
+
+def test_template_cards_show_each_title_whole_and_the_demo_says_start_here(editor):
+    """Issue 30: the template list showed nine raw file names. A custom node's template is shown by its file name and
+    picture only (frontends 1.27-1.58), so the UI copies are named by their titles and the pictures carry the
+    description; the demo's title says "Start here - no model needed" and its picture the same mark."""
+    cards = {c["title"]: c for c in editor.template_cards(TEMPLATE_MODULE)}
+    expected = {workflows_ui.ui_name(n): n for n in WORKFLOW_NAMES}
+    assert set(cards) == set(expected), sorted(cards)
+    assert [t for t, c in cards.items() if c["cut"]] == [], "titles cut on their cards"
+    for title, card in cards.items():  # the picture is the one that carries the description
+        assert card["image"] == hashlib.sha256(_ui_file(expected[title], ".jpg").read_bytes()).hexdigest(), title
+    assert "Start here - no model needed" in cards
+    assert workflows_ui.TEMPLATES[expected["Start here - no model needed"]].start_here
 
 
 def _refuse_checks(editor, how: str) -> None:
@@ -517,7 +607,7 @@ def test_readme_screenshot(chromium, server, server_info, name):
     editor, context = open_editor(chromium, server)  # a fresh page reads the file lists with the placeholders
     try:
         editor.start_clean()
-        editor.open_template(TEMPLATE_MODULE, name)
+        editor.open_template(TEMPLATE_MODULE, workflows_ui.ui_name(name))
         state = editor.settle(len(graph))
         # the scale the graph file saves (readable; 1.49 and 1.58 open a template fitted to the window, 13-16 % for
         # the two-stage graphs), its first group placed clear of the sidebar and the toolbar that overlay the canvas

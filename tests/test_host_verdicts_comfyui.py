@@ -28,6 +28,7 @@ from h3kit.checks.schemas import core_document
 from h3kit.checks.validator import is_input_file_combo, validate_graph
 from h3kit.nodes.cond_cache_format import save_conditioning
 from h3kit.scripts import schemas as schema_src
+from verdict_readers import doctor, from_route_report, run_pre_queue, validate
 
 pytestmark = pytest.mark.comfyui
 
@@ -196,6 +197,8 @@ def provide_files(server, graph: dict, object_info: dict) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             if folder == CACHE_FOLDER:  # H3KitLoadConditioning reads the header while validating: a real cache file
                 save_conditioning(path.parent, Path(filename).stem, [[torch.zeros(1, 4, 8), {}]], encoder="test")
+            elif path.suffix == ".safetensors":  # the editor's route reads headers (F13/F14): a readable one
+                path.write_bytes(tiny_safetensors())
             else:
                 path.write_bytes(b"")
     for node in graph.values():
@@ -207,6 +210,13 @@ def provide_files(server, graph: dict, object_info: dict) -> None:
                 target = server.base_dir / "input" / value
                 if not target.exists():
                     target.write_bytes(tiny_png() if not value.endswith((".wav", ".flac", ".mp3")) else tiny_wav())
+
+
+def tiny_safetensors() -> bytes:
+    """A one-tensor safetensors file whose metadata has a 'config' (as the VAE and upsampler loaders read it)."""
+    header = json.dumps({"__metadata__": {"config": "{}"},
+                         "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    return struct.pack("<Q", len(header)) + header + b"\x00" * 4
 
 
 def tiny_png() -> bytes:
@@ -357,7 +367,7 @@ def test_run_adapts_and_finishes_on_this_host(comfyui_server, tmp_path, capsys):
     assert "REJECTED" not in out and "execution error" not in out
     assert list((tmp_path / "out").rglob("*.mp4")), out
     if adapt_graph(graph, comfyui_server.object_info()).changes:
-        assert "ADAPTED node 6 (SaveVideo): input 'format.codec' -> 'codec'" in out
+        assert "INFO  adapted: node 6 (SaveVideo): input 'format.codec' -> 'codec'" in out
 
 
 # --- F01: doctor, validate and run agree; no FAIL for a host's version ------------------------------------------
@@ -384,3 +394,71 @@ def test_f01_line_is_the_same_in_doctor_validate_and_run(comfyui_server, tmp_pat
     validate_line = next(line for line in both(capsys).splitlines() if "comfyui version:" in line)
     assert doctor_line.startswith("PASS") and "H3KitLatentGuard checks the refine output of node(s) 32" in doctor_line
     assert validate_line.strip() == doctor_line.strip()
+
+
+# --- issue 30 item 8: one verdict, from every entry point and from the host ----------------------------------------
+
+def without_filename_prefix() -> dict:
+    """A real error the host refuses itself: SaveVideo's required filename_prefix missing."""
+    graph = json.loads((API / "h3_ltx_two_stage.json").read_text())
+    save = next(n for n in graph.values() if n["class_type"] == "SaveVideo")
+    del save["inputs"]["filename_prefix"]
+    return graph
+
+
+ONE_VERDICT = {**{p.stem: (lambda p=p: json.loads(p.read_text())) for p in SHIPPED},
+               "error: required input missing": without_filename_prefix}
+
+
+@pytest.mark.parametrize("name", ONE_VERDICT)
+def test_every_entry_point_and_the_hosts_prompt_give_one_verdict(comfyui_server, name, tmp_path, capsys):
+    """doctor --server, validate --server, run's check before queueing and the editor's route (POST /h3kit/preflight)
+    give the same verdict, moved inputs and failing nodes; the host's own /prompt, sent the graph as written (the
+    pack's hook moves it first), accepts exactly what they pass and refuses only nodes they FAIL. Before issue 30, on
+    0.33.0 doctor and validate FAILed (exit 2) every shipped video graph that run and the editor queued."""
+    graph = ONE_VERDICT[name]()
+    provide_files(comfyui_server, graph, comfyui_server.object_info())
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(graph))
+    status, report = comfyui_server.post("/h3kit/preflight", {"prompt": graph}, timeout=180)
+    assert status == 200, report
+    seen = {"doctor --server": doctor(path, capsys, comfyui_server.url),
+            "validate --server": validate(path, capsys, comfyui_server.url),
+            "run (before queueing)": run_pre_queue(copy.deepcopy(graph), capsys, comfyui_server.url),
+            "editor route": from_route_report(report)}
+    codes = {entry: result.pop("exit") for entry, result in seen.items()}
+    assert len({json.dumps(r) for r in seen.values()}) == 1, seen
+    result = seen["editor route"]
+    ok = result["verdict"] != "FAIL"
+    served = {n["class_type"] for n in graph.values()} <= set(comfyui_server.object_info())
+    # each command's exit table (README): a node the server lacks is doctor's 1 ("a FAIL of the server"), a graph
+    # error its 2; validate and run refuse either with 2
+    assert codes == {"doctor --server": 0 if ok else 2 if served else 1, "validate --server": 0 if ok else 2,
+                     "run (before queueing)": 0 if ok else 2, "editor route": None}, (codes, seen)
+    if name.startswith("error:"):
+        assert not ok
+    if name in {p.stem for p in SHIPPED} and served:
+        assert ok, result  # every shipped graph whose nodes the host serves passes, adapted or not
+    accepted, theirs, body = host_verdict(comfyui_server, graph)  # as written: the pack's hook adapts it
+    # the host's verdict: queued with no node error (a 200 with node_errors drops those nodes' outputs)
+    assert (accepted and not theirs) == ok, (result, body)
+    assert {n for n, _ in theirs} <= set(result["failing"]) | {"-"}, (theirs, result)
+    if result["changes"]:
+        assert "H3Kit adapted a queued prompt to this ComfyUI's input layout" in comfyui_server.log()
+
+
+def test_the_editor_and_doctor_agree_on_the_cuda_build(comfyui_server, capsys):
+    """The editor's environment lines and doctor --server read the same fact (the device ComfyUI renders on,
+    checks.environment.renders_on_cuda): on a CPU server neither asks for a CUDA 13 build."""
+    from h3kit.scripts.cli import main
+
+    devices = comfyui_server.get("/system_stats")["devices"]
+    main(["doctor", "--server", comfyui_server.url, "--no-local"])
+    (torch_line,) = [line for line in both(capsys).splitlines() if "server torch:" in line]
+    status, report = comfyui_server.post("/h3kit/preflight", {"prompt": json.loads(
+        (API / "h3kit_handoff_demo.json").read_text())}, timeout=180)
+    assert status == 200, report
+    cuda = [c for c in report["checks"] if c["status"] != "PASS" and "CUDA" in f"{c['detail']} {c['fix']}"]
+    if all(d.get("type") != "cuda" for d in devices):
+        assert torch_line.startswith("PASS") and "does not matter there" in torch_line
+        assert cuda == [], cuda

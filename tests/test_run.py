@@ -595,8 +595,8 @@ def test_run_adapts_the_shipped_savevideo_layout_to_the_hosts_and_says_so(tmp_pa
         fake.close()
     out = capsys.readouterr().out
     assert code == 0, out
-    assert ("ADAPTED node 3 (SaveVideo): input 'format.codec' -> 'codec' (value 'h264' unchanged): this ComfyUI's "
-            "SaveVideo takes it there") in out
+    assert (f"{fake.url}: INFO  adapted: node 3 (SaveVideo): input 'format.codec' -> 'codec' (value 'h264' "
+            "unchanged): this ComfyUI's SaveVideo takes it there") in out
     (posted,) = fake.posted
     assert posted["prompt"]["3"]["inputs"] == {"video": ["2", 0], "filename_prefix": "t", "format": "mp4",
                                                "codec": "h264"}
@@ -613,7 +613,7 @@ def test_run_refuses_a_codec_the_host_lacks_with_the_hosts_options_before_queuei
         code = run_cli([str(path), "--server", fake.url, "--out", str(tmp_path / "out")])
     finally:
         fake.close()
-    out = "".join(capsys.readouterr())  # ADAPTED (stdout) and the refusal (stderr)
+    out = "".join(capsys.readouterr())  # INFO adapted (stdout) and the refusal (stderr)
     assert code == 2 and fake.posted == []
     assert "node 3 (SaveVideo) input 'codec'" in out and "choose one of: auto, h264" in out
 

@@ -220,7 +220,7 @@ def test_run_renders_each_graph_and_verifies_its_mp4(h3_host, request, tmp_path,
     length = h3_length(graph)
     frames, size = (KEPT_FRAMES[length], (TARGET_W, TARGET_H)) if two_stage else (length, (DRAFT_W, DRAFT_H))
     rows = out.splitlines()
-    assert any("ADAPTED node" in row and "input 'format.codec' -> 'codec'" in row for row in rows), out
+    assert any("INFO  adapted: node" in row and "input 'format.codec' -> 'codec'" in row for row in rows), out
     for line in (f"{frames} frames decode, not black, not constant", f"{size[0]}x{size[1]} as the graph asks",
                  f"{frames} frames as the graph asks", "audio present"):
         assert any(row.startswith("PASS") and line in row for row in rows), (line, out)

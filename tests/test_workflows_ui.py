@@ -12,7 +12,7 @@ import pytest
 from h3kit.scripts import schemas as schema_src
 from h3kit.scripts import workflows_ui as wui
 from h3kit.scripts.cli import main as cli_main
-from PIL import Image, ImageStat
+from PIL import Image, ImageChops, ImageStat
 
 WORKFLOWS = schema_src.WORKFLOWS_DIR
 API_DIR = schema_src.API_WORKFLOWS_DIR
@@ -57,7 +57,7 @@ def _api(name: str) -> dict:
 
 
 def _ui(name: str) -> dict:
-    return json.loads((WORKFLOWS / f"{name}.json").read_text(encoding="utf-8"))
+    return json.loads((WORKFLOWS / f"{wui.ui_name(name)}.json").read_text(encoding="utf-8"))
 
 
 def _is_link(value) -> bool:
@@ -128,7 +128,9 @@ def test_links_are_consistent(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_layout_runs_left_to_right_without_overlaps(name):
+def test_layout_reads_forward_without_overlaps(name):
+    """No node covers another; every link runs right, or down into a later row (the pipeline wraps into rows to fit
+    the window), never back up."""
     ui = _ui(name)
     nodes = {n["id"]: n for n in ui["nodes"]}
     boxes = {i: (n["pos"][0], n["pos"][1] - TITLE_BAR, n["pos"][0] + n["size"][0], n["pos"][1] + n["size"][1])
@@ -140,7 +142,31 @@ def test_layout_runs_left_to_right_without_overlaps(name):
             bx0, by0, bx1, by1 = boxes[b]
             assert ax1 <= bx0 or bx1 <= ax0 or ay1 <= by0 or by1 <= ay0, f"nodes {a} and {b} overlap"
     for _id, origin, _os, target, _ts, _type in ui["links"]:
-        assert boxes[origin][2] < boxes[target][0], f"link {origin} -> {target} runs right to left"
+        assert boxes[origin][2] < boxes[target][0] or boxes[origin][1] < boxes[target][1], \
+            f"link {origin} -> {target} runs back up and left"
+
+
+# A 1600 x 1000 window: the canvas below the tab bar, less the side bar and toolbars over it (scripts/workflows_ui.py).
+WINDOW_CANVAS, CANVAS_CLEAR = (1600, 960), (60, 60, 20)  # (left, top, right/bottom margin)
+TEXT_ZOOM = 8 / 14  # 1.49/1.58: MinFontSizeForLOD 8 px / node text 14 px; below it nodes are drawn without text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_graph_opens_whole_at_a_zoom_where_its_text_is_drawn(name):
+    """Issue 30: the two-stage graph opened as a strip at 13 %, every node a grey box. The view each file saves
+    (extra.ds, which the pack's extension applies to its templates) shows every node and group inside the window's
+    free canvas at a zoom >= 8/14."""
+    ui = _ui(name)
+    scale, (ox, oy) = ui["extra"]["ds"]["scale"], ui["extra"]["ds"]["offset"]
+    assert TEXT_ZOOM <= scale <= 1, scale
+    left, top, margin = CANVAS_CLEAR
+    rects = [(n["pos"][0], n["pos"][1] - TITLE_BAR, n["pos"][0] + n["size"][0], n["pos"][1] + n["size"][1])
+             for n in ui["nodes"]] + [(g["bounding"][0], g["bounding"][1], g["bounding"][0] + g["bounding"][2],
+                                       g["bounding"][1] + g["bounding"][3]) for g in ui["groups"]]
+    for x0, y0, x1, y1 in rects:
+        sx0, sy0, sx1, sy1 = ((x0 + ox) * scale, (y0 + oy) * scale, (x1 + ox) * scale, (y1 + oy) * scale)
+        assert sx0 >= left - 1 and sy0 >= top - 1, (name, x0, y0)
+        assert sx1 <= WINDOW_CANVAS[0] - margin + 1 and sy1 <= WINDOW_CANVAS[1] - margin + 1, (name, x1, y1)
 
 
 LOAD_IMAGE_MIN_HEIGHT = 314  # the smallest LoadImage in the official templates (comfyui-workflow-templates-json 0.1.47)
@@ -167,7 +193,7 @@ def test_groups_hold_their_stage_and_do_not_overlap(name):
              for g in ui["groups"]]
     for i, a in enumerate(rects):
         for b in rects[i + 1:]:
-            assert a[2] <= b[0] or b[2] <= a[0], f"groups overlap in {name}"
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], f"groups overlap in {name}"
     inside = 0
     for node in ui["nodes"]:
         x, y = node["pos"]
@@ -179,13 +205,69 @@ def test_groups_hold_their_stage_and_do_not_overlap(name):
 
 
 def test_stages_follow_the_pipeline_on_the_two_stage_graph():
-    name = next((n for n in NAMES if "two_stage" in n and "ltx" in n), None)
-    if name is None:
-        pytest.skip("no h3_ltx_two_stage* graph shipped yet")
-    ui = _ui(name)
+    """Groups in reading order: each next stage starts right of the one before, or below it."""
+    ui = _ui("h3_ltx_two_stage")
     assert [g["title"] for g in ui["groups"]] == ["H3 draft", "handoff", "LTX refine", "output"]
-    left = {g["title"]: g["bounding"][0] for g in ui["groups"]}
-    assert left["H3 draft"] < left["handoff"] < left["LTX refine"] < left["output"]
+    corners = [(g["bounding"][0], g["bounding"][1]) for g in ui["groups"]]
+    for (x0, y0), (x1, y1) in zip(corners, corners[1:], strict=False):
+        assert x1 > x0 or y1 > y0, corners
+
+
+# --- the template browser: titles, descriptions, the demo first (issue 30) ----------------------------------------
+
+CARD_TITLE_CHARS = 32  # what a card shows of a title before cutting it with "..." (1.49.6 and 1.58.1 at 1600 px)
+
+
+def test_every_shipped_graph_has_a_title_and_a_description():
+    for name in NAMES:
+        template = wui.TEMPLATES[name]
+        assert 0 < len(template.title) <= CARD_TITLE_CHARS and template.description, name
+        assert (WORKFLOWS / f"{template.title}.json").is_file() and (WORKFLOWS / f"{template.title}.jpg").is_file()
+        assert _ui(name)["extra"]["h3kit"]["description"] == template.description
+    assert len({wui.TEMPLATES[n].title for n in NAMES}) == len(NAMES)
+
+
+def test_the_demo_is_marked_start_here_no_model_needed():
+    (first,) = [n for n in NAMES if wui.TEMPLATES[n].start_here]
+    assert first == "h3kit_handoff_demo" and wui.TEMPLATES[first].title == "Start here - no model needed"
+    assert not {n["type"] for n in _ui(first)["nodes"]} & {"UNETLoader", "CLIPLoader", "VAELoader", "LoraLoaderModelOnly"}
+
+
+def test_the_thumbnail_shows_the_title_the_description_and_the_start_here_mark():
+    """The card's picture is where a custom node's template can say what it is: the description and the mark are
+    drawn (the pixels under the title differ from the same picture without them)."""
+    from h3kit.scripts.workflow_thumbnail import draw_stage_diagram
+
+    stages = [("handoff", ["a node"]), ("output", ["a report"])]
+
+    def pixels(**kwargs) -> Image.Image:
+        return Image.open(io.BytesIO(draw_stage_diagram("A title", stages, "c", **kwargs))).convert("L")
+
+    plain, described, marked = pixels(), pixels(description="what it does"), pixels(start_here=True)
+    band = (14, 34, 498, 52)  # the line under the title
+    assert ImageStat.Stat(ImageChops.difference(plain, described).crop(band)).mean[0] > 5
+    assert ImageStat.Stat(marked.crop((14, 10, 200, 32))).mean[0] > 100  # the yellow mark above the title
+    assert ImageStat.Stat(plain.crop((14, 10, 200, 32))).mean[0] < 100
+
+
+@pytest.mark.parametrize("title", ["a/b", "a\\b", "a:b", "a?b", "a#b", "a%b", "a+b", "it's", " lead", "dot.", "x" * 101])
+def test_a_title_that_is_no_safe_file_name_is_refused(monkeypatch, title):
+    monkeypatch.setitem(wui.TEMPLATES, "g", wui.Template(title, "d"))
+    with pytest.raises(wui.WorkflowUIError, match="cannot be a file name"):
+        wui.ui_name("g")
+
+
+def test_the_thumbnail_goes_stale_when_the_description_changes(tmp_path: Path, monkeypatch, capsys):
+    api_dir, out_dir = tmp_path / "api", tmp_path
+    api_dir.mkdir()
+    shutil.copy(API_DIR / f"{NAMES[0]}.json", api_dir / "g.json")
+    args = ["workflows", "ui", "--api-dir", str(api_dir), "--out-dir", str(out_dir)]
+    monkeypatch.setitem(wui.TEMPLATES, "g", wui.Template("A title", "one description"))
+    assert cli_main(args) == 0 and (out_dir / "A title.jpg").is_file()
+    monkeypatch.setitem(wui.TEMPLATES, "g", wui.Template("A title", "another description"))
+    capsys.readouterr()
+    assert cli_main([*args, "--check"]) == 1
+    assert "A title.jpg: stale" in capsys.readouterr().err
 
 
 def test_widget_values_follow_the_frontends_serialisation(schemas):
@@ -247,7 +329,7 @@ def test_non_numeric_api_ids_survive_the_round_trip(schemas):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_thumbnail_is_a_small_diagram_of_the_graph(name):
-    data = (WORKFLOWS / f"{name}.jpg").read_bytes()
+    data = (WORKFLOWS / f"{wui.ui_name(name)}.jpg").read_bytes()
     assert len(data) < 60_000
     with Image.open(io.BytesIO(data)) as image:
         assert image.format == "JPEG"
@@ -257,7 +339,7 @@ def test_thumbnail_is_a_small_diagram_of_the_graph(name):
 
 
 def test_thumbnails_differ_between_workflows():
-    digests = {(WORKFLOWS / f"{n}.jpg").read_bytes() for n in NAMES}
+    digests = {(WORKFLOWS / f"{wui.ui_name(n)}.jpg").read_bytes() for n in NAMES}
     assert len(digests) == len(NAMES)
 
 

@@ -6,7 +6,14 @@
 //           dialog says why, with "Run unchecked": a graph is never queued unchecked without the user's word.
 //   ADAPTED -> the server moved inputs to this ComfyUI's layout (SaveVideo's format.codec -> codec, ...): the
 //           adapted prompt is queued and a toast lists every change (the graph on the canvas is not touched).
+//   The dialog adds only what ComfyUI does not show: model and input files that ComfyUI's own missing-file lists
+//   already name (frontend 1.49 on) are one line, "N model files missing, listed by ComfyUI"; when they are all
+//   that fails, ComfyUI's own report is the answer and the queue goes on. It opens beside the Run button, never
+//   over it.
 // Setting "H3Kit.Preflight.Enabled" turns it off; command "H3Kit: check this graph" runs it on demand.
+// The pack's templates open at the view their file saves (the whole graph, laid out to fit a 1600 x 1000 window at a
+// zoom where node text is drawn); frontends 1.49 and 1.58 otherwise fit a template into 75 % of the window, which
+// left the two-stage graph at 13 %, every node a grey box.
 // Plain JS, no build step. Frontend differences are feature-detected; if the extension itself breaks, the
 // queue goes on as if it were absent (the route and the H3KitPreflight node keep working).
 import { app } from "../../scripts/app.js";
@@ -114,6 +121,67 @@ function showNode(id) {
   canvas.setDirty?.(true, true);
 }
 
+/** The files ComfyUI's own missing-file lists name (frontend 1.49 on: its "N errors found" panel), as
+ * {model: Set, media: Set} of "<node id>::<input>"; a kind is null where this frontend keeps no such list or hides it
+ * (then the dialog names those files itself). Read from the frontend's stores, feature-detected: nothing here is a
+ * public API, so anything unexpected means "no list". */
+function comfyListedFiles() {
+  const stores = document.getElementById("vue-app")?.__vue_app__?.config?.globalProperties?.$pinia?._s;
+  const listed = (storeId, name) => {
+    const store = stores?.get?.(storeId);
+    if (!store) return null;
+    const visible = `visible${name[0].toUpperCase()}${name.slice(1)}`; // 1.58: respects "hide missing-model warnings"
+    const items = visible in store ? store[visible] : store[name];
+    if (items != null && !Array.isArray(items)) return null;
+    return new Set((items ?? []).filter((c) => c?.isMissing !== false)
+      .map((c) => `${String(c.nodeId)}::${String(c.widgetName)}`));
+  };
+  try {
+    return { model: listed("missingModel", "missingModelCandidates"), media: listed("missingMedia", "missingMediaCandidates") };
+  } catch {
+    return { model: null, media: null };
+  }
+}
+
+/** The FAIL and WARN lines to show: those about a file ComfyUI's own list names become one line per kind. */
+function shownProblems(report) {
+  const problems = report.checks.filter((c) => c.status === "FAIL" || c.status === "WARN");
+  const listed = comfyListedFiles();
+  const kinds = [["model", "model file(s)"], ["media", "input file(s)"]];
+  const byComfy = (check, kind) => check.status === "FAIL" && check.node_id !== undefined && check.input !== undefined &&
+    !!listed[kind]?.has(`${check.node_id}::${check.input}`);
+  const shown = problems.filter((c) => !kinds.some(([kind]) => byComfy(c, kind)));
+  const summaries = kinds.map(([kind, what]) => [problems.filter((c) => byComfy(c, kind)).length, what])
+    .filter(([count]) => count > 0)
+    .map(([count, what]) => ({ status: "FAIL", check: "files", comfyListed: true,
+      detail: `${count} ${what} missing, listed by ComfyUI`,
+      fix: "ComfyUI's error panel names each one; each file's size and source: " +
+        "`python -m h3kit doctor --workflow FILE` or the README's model table" }));
+  return [...shown, ...summaries].sort((a, b) => (a.status === b.status ? 0 : a.status === "FAIL" ? -1 : 1));
+}
+
+/** Where the dialog goes: beside the Run button (left of its bar, top-aligned), else below or above it, so Run and
+ * ComfyUI's own error overlay under it stay visible; the stylesheet's corner where no Run button is found. Called
+ * again while the dialog is open: the frontend moves its Run bar (its error panel opens beside it, a user drags it). */
+function placeBesideRun(dialog) {
+  const run = [...document.querySelectorAll("[data-testid=queue-button], #queue-button, .comfyui-queue-button")]
+    .find((e) => e.getClientRects().length);
+  const bar = run?.closest(".actionbar, .comfyui-menu") ?? run;
+  const r = bar?.getBoundingClientRect();
+  if (!r || !r.width) return; // no Run button on screen (or still being laid out): keep where the dialog is
+  const width = Math.min(480, innerWidth * 0.9);
+  if (r.left - 24 >= Math.min(width, 320)) {
+    Object.assign(dialog.style, { top: `${Math.max(8, r.top)}px`, bottom: "auto", right: `${innerWidth - r.left + 12}px`,
+      width: `${Math.min(width, r.left - 24)}px`, maxHeight: `${innerHeight - Math.max(8, r.top) - 16}px` });
+  } else if (innerHeight - r.bottom >= 240) {
+    Object.assign(dialog.style, { top: `${r.bottom + 8}px`, bottom: "auto", right: "16px", width: "",
+      maxHeight: `${innerHeight - r.bottom - 24}px` });
+  } else {
+    Object.assign(dialog.style, { top: "auto", bottom: `${innerHeight - r.top + 8}px`, right: "16px", width: "",
+      maxHeight: `${r.top - 24}px` });
+  }
+}
+
 const STYLE = `
 .h3kit-preflight { position: fixed; top: 64px; right: 16px; width: min(480px, 90vw); max-height: 80vh;
   display: flex; flex-direction: column; z-index: 10000; background: var(--comfy-menu-bg, #353535);
@@ -170,16 +238,18 @@ function problemItem(check) {
 function showReport(report, { canRun }) {
   ensureStyle();
   document.querySelector(".h3kit-preflight")?.remove();
-  const problems = report.checks.filter((c) => c.status !== "PASS")
-    .sort((a, b) => (a.status === b.status ? 0 : a.status === "FAIL" ? -1 : 1));
+  const problems = shownProblems(report);
   const dialog = element("div", "h3kit-preflight");
   dialog.setAttribute("role", "dialog");
   dialog.dataset.testid = "h3kit-preflight-dialog";
+  const failing = problems.filter((c) => c.status === "FAIL" && !c.comfyListed).length;
   const title = report.unchecked
     ? "H3Kit preflight could not check this graph"
-    : report.fail
-      ? `H3Kit preflight: ${report.fail} problem(s) would spoil this run`
-      : `H3Kit preflight: ${report.warn} warning(s)`;
+    : failing
+      ? `H3Kit preflight: ${failing} problem(s) would spoil this run`
+      : report.fail
+        ? "H3Kit preflight: files are missing"
+        : `H3Kit preflight: ${report.warn} warning(s)`;
   dialog.append(element("h2", "", canRun ? `${title}. Not queued.` : title));
   const list = element("ul");
   problems.forEach((check) => list.append(problemItem(check)));
@@ -187,7 +257,13 @@ function showReport(report, { canRun }) {
   const footer = element("footer");
   dialog.append(footer);
   return new Promise((resolve) => {
-    const close = (result) => { dialog.remove(); document.removeEventListener("keydown", onKey, true); resolve(result); };
+    const placing = setInterval(() => placeBesideRun(dialog), 400);
+    const close = (result) => {
+      clearInterval(placing);
+      dialog.remove();
+      document.removeEventListener("keydown", onKey, true);
+      resolve(result);
+    };
     const onKey = (event) => { if (event.key === "Escape") close(false); };
     document.addEventListener("keydown", onKey, true);
     if (canRun) {
@@ -199,6 +275,7 @@ function showReport(report, { canRun }) {
     cancel.addEventListener("click", () => close(false));
     footer.append(cancel);
     document.body.append(dialog);
+    placeBesideRun(dialog);
     cancel.focus();
   });
 }
@@ -230,7 +307,9 @@ function useAdapted(prompt, report) {
 async function allowQueue(prompt) {
   const report = await preflight(prompt);
   useAdapted(prompt, report);
-  if (report.fail > 0) {
+  // only files ComfyUI's own error panel already lists: its report is the answer, nothing is added to it
+  const onlyListed = !report.unchecked && shownProblems(report).every((c) => c.status !== "FAIL" || c.comfyListed);
+  if (report.fail > 0 && !onlyListed) {
     const key = failureKey(report);
     if (approved.key === key && performance.now() < approved.until) return true;
     const run = await showReport(report, { canRun: true });
@@ -240,6 +319,34 @@ async function allowQueue(prompt) {
   }
   toastWarnings(report);
   return true;
+}
+
+/** After a template of this pack opens from the template browser, show it at the view its file saves. Only the
+ * pack's own graphs (extra.h3kit, written by `h3kit workflows ui`), only when the frontend says the graph comes from
+ * the template browser (openSource "template", 1.49 on); anything else loads as the frontend decides. */
+function installTemplateView() {
+  const load = app.loadGraphData;
+  if (typeof load !== "function") return;
+  app.loadGraphData = async function (graphData, ...rest) {
+    const result = await load.call(this, graphData, ...rest);
+    try {
+      const view = graphData?.extra?.h3kit?.generator ? graphData.extra.ds : null;
+      if (rest[3]?.openSource === "template" && Number.isFinite(view?.scale) && Array.isArray(view.offset)) {
+        // the frontend fits the view in the frames after loading: set ours after that
+        await new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
+        const ds = app.canvas?.ds;
+        if (ds) {
+          ds.scale = view.scale;
+          ds.offset[0] = view.offset[0];
+          ds.offset[1] = view.offset[1];
+          app.canvas.setDirty?.(true, true);
+        }
+      }
+    } catch (error) {
+      console.warn("[H3Kit] could not show the template at its saved view", error);
+    }
+    return result;
+  };
 }
 
 function installQueueGuard() {
@@ -282,6 +389,7 @@ app.registerExtension({
   commands: [{ id: COMMAND_ID, label: "H3Kit: check this graph", icon: "pi pi-check-circle", function: checkThisGraph }],
   menuCommands: [{ path: ["Extensions", "H3Kit"], commands: [COMMAND_ID] }],
   async setup() {
+    installTemplateView();
     try {
       const response = await api.fetchApi(ROUTE, { cache: "no-store" });
       if (!response.ok) throw new Error(`GET ${ROUTE}: HTTP ${response.status}`);
