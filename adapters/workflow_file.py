@@ -10,7 +10,8 @@ from typing import Any
 from ..checks.facts import MAX_WORKFLOW_BYTES, MAX_WORKFLOW_DEPTH
 from ..checks.problem import FAIL, Check, Problem
 from ..checks.schemas import providing_pack
-from ..checks.validator import PackLookup, validate_with_rules
+from ..checks.validator import PackLookup
+from ..checks.verdict import judge
 from . import bounded_json
 from .files import is_folder, open_regular, os_reason, sniff_file
 
@@ -66,7 +67,8 @@ def load_graph_file(path: Path) -> tuple[Any, Problem | None]:
 def validate_file(path: Path, schemas: dict, pack_of: PackLookup = providing_pack,
                   known_ids: Collection[str] = ()) -> list[Problem]:
     doc, error = load_graph_file(path)
-    return [error] if error else validate_with_rules(doc, schemas, pack_of, known_ids)
+    """What `validate FILE` says of a workflow file: its verdict's problems (checks.verdict.judge)."""
+    return [error] if error else judge(doc, schemas, pack_of, known_ids).problems
 
 
 def load_graph(path: Path) -> tuple[Any, Check | None]:

@@ -21,7 +21,6 @@ from .host_layout import adapt_node
 from .invocation import command
 from .model_files import folder_name, how_to_get
 from .problem import ERROR, WARNING, Problem, has_errors, printable
-from .rules import RULES
 from .rules_files import MODEL_INPUT_FOLDERS
 from .schemas import (
     UNREADABLE,
@@ -492,14 +491,3 @@ def supersede(schema_problems: list[Problem], rule_problems: list[Problem]) -> l
     judged = {(p.node_id, p.input) for p in rule_problems if p.input is not None}
     return [p for p in schema_problems if (p.node_id, p.input) not in judged] + rule_problems
 
-
-def validate_with_rules(graph: Any, schemas: dict, pack_of: PackLookup = providing_pack,
-                        known_ids: Collection[str] = ()) -> list[Problem]:
-    """Schema validation and the pipeline rules of checks.rules.RULES, judged together (`supersede`);
-    the rules run unless the file is not an API graph at all; a rule's error on a node no output depends on
-    is a warning (`scope_to_run`)."""
-    problems = validate_graph(graph, schemas, pack_of, known_ids)
-    if looks_like_ui_format(graph) or not isinstance(graph, dict) or not graph:
-        return problems
-    rule_problems = [p for rule in RULES for p in rule(well_formed(graph), schemas)]
-    return supersede(problems, scope_to_run(run_scope(graph, schemas), rule_problems))

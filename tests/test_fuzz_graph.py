@@ -13,7 +13,7 @@ from pathlib import Path
 
 from h3kit.adapters.workflow_file import load_graph_file
 from h3kit.checks.problem import Check, Problem
-from h3kit.checks.validator import validate_with_rules
+from h3kit.checks.verdict import judge
 from h3kit.checks.workflow import preflight_checks, workflow_checks
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.preflight import parse_workflow
@@ -77,7 +77,7 @@ def mutated_ui_graph(draw) -> dict:
 
 
 def _all_surfaces(graph) -> None:
-    problems = validate_with_rules(graph, SCHEMAS, schema_src.providing_pack)
+    problems = judge(graph, SCHEMAS, schema_src.providing_pack).problems
     assert all(isinstance(p, Problem) for p in problems)
     checks = workflow_checks(graph, SCHEMAS, None)
     assert all(isinstance(c, Check) for c in checks)

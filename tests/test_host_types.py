@@ -22,7 +22,8 @@ from h3kit.checks.graph import input_kind
 from h3kit.checks.node_inputs import autogrow_slots, declared_inputs
 from h3kit.checks.problem import ERROR, WARNING
 from h3kit.checks.rules_ref2va import lint_autogrow_api_form
-from h3kit.checks.validator import validate_graph, validate_with_rules
+from h3kit.checks.validator import validate_graph
+from h3kit.checks.verdict import judge
 from h3kit.scripts import schemas as schema_src
 from hypothesis import given
 from hypothesis import strategies as st
@@ -120,8 +121,8 @@ def test_named_template_declares_the_26_letters_and_a_is_required():
 def test_the_official_math_expression_fragment_is_clean_offline_and_on_a_host(offline):
     """Measured: the host runs it (printed 56). The old rule said "'values.a' is not a slot ... rename it to
     values.<0..25>" and offline "unknown node type ... install the custom node pack"."""
-    assert validate_with_rules(fragment(), offline, schema_src.providing_pack) == []
-    assert validate_with_rules(fragment(), served_host(offline), schema_src.providing_pack) == []
+    assert judge(fragment(), offline, schema_src.providing_pack).problems == []
+    assert judge(fragment(), served_host(offline), schema_src.providing_pack).problems == []
     assert lint_autogrow_api_form(fragment(), offline) == []
 
 
@@ -154,7 +155,7 @@ def test_named_slots_are_never_told_to_number_from_0(offline):
     graph = fragment()
     graph["140:132"]["inputs"]["values.c"] = ["140:133", 0]  # a and c: a gap only a numbered template could have
     assert lint_autogrow_api_form(graph, offline) == []
-    assert validate_with_rules(graph, offline, schema_src.providing_pack) == []
+    assert judge(graph, offline, schema_src.providing_pack).problems == []
 
 
 def test_the_ref2va_numbering_warning_stays_for_its_prefix_groups(offline):
@@ -172,7 +173,7 @@ def test_a_prefix_template_that_is_not_ref2va_gets_no_numbering_warning(offline)
     graph = {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 1}},
              "2": {"class_type": "CreateList", "inputs": {"inputs.input0": ["1", 0], "inputs.input5": ["1", 0]}},
              "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}}}
-    assert validate_with_rules(graph, offline, schema_src.providing_pack) == []
+    assert judge(graph, offline, schema_src.providing_pack).problems == []
 
 
 @pytest.mark.parametrize("count", [100, 101])
@@ -362,7 +363,7 @@ def test_a_rule_error_on_a_node_that_never_runs_is_a_warning(offline):
     graph = fragment()
     graph["7"] = {"class_type": "ManualSigmas", "inputs": {"sigmas": "0.909375, 0.725, 0.421875, 0"}}
     graph["8"] = {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}}
-    assert all(p.severity == WARNING for p in validate_with_rules(graph, offline, schema_src.providing_pack))
+    assert all(p.severity == WARNING for p in judge(graph, offline, schema_src.providing_pack).problems)
 
 
 def test_a_cycle_among_nodes_that_never_run_is_a_warning_and_an_error_where_they_run(offline):

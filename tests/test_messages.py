@@ -13,7 +13,8 @@ from h3kit.checks import environment, server
 from h3kit.checks.problem import FAIL, PASS, WARN
 from h3kit.checks.reports import report_checks
 from h3kit.checks.schemas import core_document
-from h3kit.checks.validator import validate_graph, validate_with_rules
+from h3kit.checks.validator import validate_graph
+from h3kit.checks.verdict import judge
 from h3kit.scripts import schemas as schema_src
 from h3kit.scripts.cli import main
 
@@ -67,7 +68,7 @@ def test_draft_and_target_both_off_grid_offer_pairs_that_fit(tmp_path):
     graph = two_stage()
     graph["8"]["inputs"]["width"] = 700
     graph["16"]["inputs"]["target_width"] = 1400
-    problems = validate_with_rules(graph, schema_src.offline_schemas(), schema_src.providing_pack)
+    problems = judge(graph, schema_src.offline_schemas(), schema_src.providing_pack).problems
     assert sorted((p.node_id, p.input, p.fix) for p in problems) == [
         ("16", "target_width", "use 1344 with draft width 672 or use 1408 with draft width 704"),
         ("8", "width", "use 672 (then target_width 1344 on H3KitDraftToLTX node 16) or 704 (then target_width 1408 "
@@ -79,7 +80,7 @@ def test_target_without_a_known_draft_keeps_the_multiple_of_64_rule():
              "2": {"class_type": "H3KitDraftToLTX", "inputs": {"frames": ["1", 0], "target_width": 700,
                                                                "target_height": 768}},
              "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 4]}}}
-    problems = [p for p in validate_with_rules(graph, schema_src.offline_schemas(), schema_src.providing_pack)
+    problems = [p for p in judge(graph, schema_src.offline_schemas(), schema_src.providing_pack).problems
                 if p.input == "target_width"]
     assert len(problems) == 1 and problems[0].fix == "use 640 or 704"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from h3kit.checks.problem import ERROR
-from h3kit.checks.validator import validate_with_rules
+from h3kit.checks.verdict import judge
 from h3kit.scripts import schemas as schema_src
 from official_templates import corpus, manifest, runs_whole
 
@@ -28,8 +28,8 @@ def _label(graph) -> str:
 
 
 def offline_problems(graph: dict) -> list:
-    return validate_with_rules(graph, schema_src.offline_schemas(), schema_src.providing_pack,
-                               schema_src.own_node_ids())
+    """What offline `validate` says (checks.verdict.judge with the pinned schemas and the pack's own nodes)."""
+    return judge(graph, schema_src.offline_schemas(), schema_src.providing_pack, schema_src.own_node_ids()).problems
 
 
 def _runs_whole_everywhere(graph) -> bool:
