@@ -183,6 +183,16 @@ def node_shape_problem(node_id: str, node: Any) -> Problem | None:
     if not isinstance(node, dict):
         return Problem(node_id, "?", None, node, f"the node is a JSON {json_kind(node)}, not an object", fix)
     ct = node.get("class_type")
+    if "class_type" in node and ct is None:
+        # ComfyUI's editor exports a node whose type it does not know (its pack is not installed) with a null
+        # class_type; ComfyUI refuses the prompt ("has no class_type ... a custom node is missing")
+        title = node.get("_meta", {}).get("title") if isinstance(node.get("_meta"), dict) else None
+        named = f" '{printable(title, 80)}'" if isinstance(title, str) and title else ""
+        return Problem(node_id, "?", "class_type", None,
+                       f"node{named} has no type: the editor exported a node whose type it did not know, so a custom "
+                       "node pack this workflow needs is not installed and ComfyUI refuses the prompt",
+                       "open the workflow in ComfyUI, install the missing nodes it names (ComfyUI-Manager: 'Install "
+                       "Missing Custom Nodes'), restart, and export it again")
     if not isinstance(ct, str) or not ct or not ct.isprintable():
         what = "missing" if ct is None else ("not printable text" if isinstance(ct, str) else f"a JSON {json_kind(ct)}")
         return Problem(node_id, "?", "class_type", ct, f"class_type is {what}; it must be the node's type name", fix)

@@ -96,6 +96,17 @@ def conversion_remark(kind: str, value: Any, converted: Any) -> str | None:
     return None
 
 
+def _conversion_fix(kind: str, opts: dict) -> str:
+    """A value this input takes, for a literal the host cannot convert (a newer template's option, e.g. CreateVideo
+    bit_depth "auto" where this ComfyUI's input is an INT of 8..10)."""
+    what = {"INT": "a whole number", "FLOAT": "a number", "BOOLEAN": "true or false"}.get(kind, f"a {kind.lower()}")
+    bounds = [f"{sign} {opts[key]}" for sign, key in ((">=", "min"), ("<=", "max")) if key in opts]
+    where = f" ({' and '.join(bounds)})" if bounds else ""
+    default = f", e.g. its default {opts['default']!r}" if "default" in opts else ""
+    return (f"give {what}{where}{default}; a workflow made for a newer ComfyUI may use an option this one lacks: "
+            "update ComfyUI, or set the value here")
+
+
 def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folder: str | None = None,
                  delegated: bool = False) -> list[Problem]:
     """A literal input value, judged as the host judges it: converted by type, then min/max, then the combo's
@@ -113,7 +124,7 @@ def check_widget(node_id: str, ct: str, name: str, spec: list, value: Any, folde
         return bad
     converted, why = host_value(kind, value)
     if why is not None:
-        problem(f"expected {kind}: {why}", f"give a {kind.lower()} value")
+        problem(f"expected {kind}: {why}", _conversion_fix(kind, opts))
         return bad
     remark = conversion_remark(kind, value, converted)
     if remark is not None:

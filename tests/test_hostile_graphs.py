@@ -66,7 +66,7 @@ def test_non_utf8_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("class_type, expected", [(5, "class_type is a JSON number"),
                                                   (["KSampler"], "class_type is a JSON array"),
-                                                  (None, "class_type is missing"),
+                                                  (None, "has no type: the editor exported a node whose type it did not know"),
                                                   ("KSampler\x00", "class_type is not printable text")])
 def test_non_string_class_type(tmp_path, capsys, class_type, expected):
     graph = {**GOOD, "1": {**GOOD["1"], "class_type": class_type}}

@@ -71,3 +71,26 @@ def test_a_template_a_host_rejects_is_named_on_the_same_node(graph):
             flagged = {p.input for p in problems if p.node_id == node_id and p.severity == ERROR}
             expected = {e.split(": ", 1)[1] for e in errors if ": " in e}
             assert expected <= flagged, (host, node_id, errors, flagged)
+
+
+def _graph(label: str):
+    return next(g for g in CORPUS if g.label == label)
+
+
+def test_a_node_the_editor_could_not_type_is_named_as_a_missing_pack_with_the_fix_that_works():
+    """The frontend exports a node of a type the host lacks with "class_type": null (FastVideo's BlockSparseAttention
+    here); ComfyUI answers "has no class_type ... a custom node is missing". The pack says which node and what to do."""
+    (problem,) = [p for p in offline_problems(_graph("0.1.123/video_fastvideo_fasth3_t2v").graph)
+                  if p.node_id == "105:127"]
+    assert problem.severity == ERROR and "a custom node pack this workflow needs is not installed" in problem.message
+    assert "Install Missing Custom Nodes" in problem.fix
+
+
+def test_a_newer_templates_option_gets_a_value_this_host_takes():
+    """0.1.123's CreateVideo sends bit_depth "auto" to hosts whose bit_depth is an INT of 8..10 (both native-H3 hosts
+    refuse node 130 with invalid_input_type): the fix names a value that works here."""
+    graph = _graph("0.1.123/video_minimax_h3_multiframe_reference")
+    assert graph.verdicts["kat3ri-0f1fa67a"]["node_errors"] == {"130": ["invalid_input_type: bit_depth"]}
+    (problem,) = [p for p in offline_problems(graph.graph) if p.node_id == "130"]
+    assert (problem.input, problem.severity) == ("bit_depth", ERROR)
+    assert "give a whole number (>= 8 and <= 10), e.g. its default 8" in problem.fix

@@ -111,7 +111,7 @@ def test_only_json_is_accepted(table, content_type):
 
 
 @pytest.mark.parametrize("node, words", [({"inputs": {}}, "class_type is missing"),
-                                         ({"class_type": None, "inputs": {}}, "class_type is missing"),
+                                         ({"class_type": None, "inputs": {}}, "a custom node pack this workflow needs is not installed"),
                                          ({"class_type": "KSampler\n", "inputs": {}}, "not printable text")])
 def test_nodes_an_editor_sends_for_missing_types_are_reported_on_the_node(table, node, words):
     """The editor sends a node without class_type for a node type the server lacks: checked, the node named."""
