@@ -97,7 +97,8 @@ def _verdict_problem(editor, server, version: str | None, name: str, workflow: d
 
 def test_templates_the_host_serves_queue_as_comfyui_decides(editor, server):
     served = _served_templates(server)
-    assert served, "the host serves no official H3 / LTX template"
+    if not served:  # v0.3.64 pins templates from before LTX-2 and H3
+        pytest.skip(f"{server.host.name} serves no official H3 / LTX-2.x template of its own")
     found = [_verdict_problem(editor, server, version, name, server.get(f"/templates/{name}.json"))
              for version, name in served]
     skipped = [f for f in found if f and f.startswith("skip: ")]
