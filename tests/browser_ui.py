@@ -339,8 +339,8 @@ class Editor:
         self.js("([name, text]) => __h3.drop(name, text)", [name, text])
 
     # ------------------------------------------------------------------ templates
-    def open_template(self, module: str, name: str) -> None:
-        """The user's path: Templates -> the pack's entry (Custom Nodes / Extensions) -> the template's card."""
+    def _browse_pack_templates(self, module: str) -> None:
+        """Templates -> the pack's entry (Custom Nodes / Extensions): its cards are shown."""
         self.js("() => { app.extensionManager.command.execute('Comfy.BrowseTemplates'); }")
         # the browser fills in once the host's template index is read: seconds on a loaded 2-core machine
         self.page.locator(f"{TEMPLATE_CARDS}, .template-card").first.wait_for(state="attached", timeout=60_000)
@@ -353,6 +353,10 @@ class Editor:
         # 1.49 is busy for 10-15 s after the browser opens (it renders every template card) and a click waits
         # for the entry to be stable, which needs rendered frames: a short timeout fails on a visible entry
         entry.click(timeout=90_000)
+
+    def open_template(self, module: str, name: str) -> None:
+        """The user's path: Templates -> the pack's entry (Custom Nodes / Extensions) -> the template's card."""
+        self._browse_pack_templates(module)
         card = self.page.locator(f"[data-testid='template-workflow-{name}']")
         if not card.count():
             card = self.page.locator(".template-card").filter(
@@ -366,15 +370,7 @@ class Editor:
     def template_cards(self, module: str) -> list[dict]:
         """The template browser's cards for `module` as a user sees them: {title (the card's heading), cut (the heading
         is cut with an ellipsis: its text is wider than the card), image (the SHA-256 of the picture it shows)}."""
-        self.js("() => { app.extensionManager.command.execute('Comfy.BrowseTemplates'); }")
-        self.page.locator(f"{TEMPLATE_CARDS}, .template-card").first.wait_for(state="attached", timeout=60_000)
-        entry = self.page.locator(".p-dialog li.p-listbox-option, [role=dialog] *, [data-reka-dialog-content] *") \
-            .get_by_text(module, exact=True).first
-        try:
-            entry.wait_for(state="visible", timeout=20_000)
-        except PlaywrightTimeout:
-            self.page.get_by_text(self.pack_section, exact=True).first.click(timeout=60_000)
-        entry.click(timeout=90_000)
+        self._browse_pack_templates(module)
         self.page.wait_for_timeout(3000)
         cards = self.page.locator(f"{TEMPLATE_CARDS}, .template-card")
         found = []
