@@ -8,7 +8,7 @@ placeholder files standing for the user's models and inputs. Where ComfyUI alone
 manifest's verdict for this host's tag, tests/official_templates.py), the pack's preflight lets it through without a
 dialog; where ComfyUI rejects it, the pack's dialog stops it, or the pack adds nothing to ComfyUI's own refusal (a
 frontend that leaves the nodes a host lacks out of the prompt leaves no H3 / LTX node for the pack to check). The frontend 1.58.1 conversion is byte-for-byte the
-committed corpus graph (the corpus is what the real frontend sends).
+committed corpus graph on the host that converted it (the corpus is what the real frontend sends).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ pytestmark = pytest.mark.browser
 
 TEMPLATE_ROOTS_ENV = "H3KIT_TEMPLATE_ROOTS"
 CORPUS = {(g.package_version, g.name): g for g in corpus()}
-CORPUS_FRONTEND = (1, 58, 1)  # the frontend that converted the committed corpus (its manifest says so)
+# the frontend and host that converted the committed corpus (its manifest says so): a frontend converts a graph by the
+# node definitions the host serves, so only there is the conversion the committed graph byte for byte
+CORPUS_FRONTEND, CORPUS_HOST_TAG = (1, 58, 1), "kat3ri-0f1fa67a"
 QUEUE_WAIT_MS = 30_000
 
 
@@ -87,8 +89,8 @@ def _verdict_problem(editor, server, version: str | None, name: str, workflow: d
         return f"skip: {version}/{name}: no ComfyUI verdict for host tag {server.host.tag!r} in the corpus"
     accepted = runs_whole(entry.verdicts[server.host.tag])
     prompt, queued, dialog = _queue_as_a_user(editor, server, workflow)
-    if editor.version == CORPUS_FRONTEND and prompt != entry.graph:
-        return f"{version}/{name}: frontend 1.58.1 no longer converts it as the corpus holds"
+    if (editor.version, server.host.tag) == (CORPUS_FRONTEND, CORPUS_HOST_TAG) and prompt != entry.graph:
+        return f"{version}/{name}: frontend 1.58.1 on {CORPUS_HOST_TAG} no longer converts it as the corpus holds"
     if accepted and not (queued and not dialog):
         return f"{version}/{name}: ComfyUI accepts it, the pack stopped it:\n{dialog[:2000]}"
     if not accepted and not queued and not dialog:
