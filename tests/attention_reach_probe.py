@@ -16,6 +16,7 @@ sampling, the node reports and whether the output equals the host's bitwise.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -30,7 +31,6 @@ from comfy.cli_args import args  # noqa: E402
 args.cpu = True  # model_management reads this at import: never touch a GPU here
 import comfy.ldm.modules.attention as core_attention  # noqa: E402
 import comfy.model_management  # noqa: E402
-import comfy.nested_tensor  # noqa: E402
 import comfy.ops  # noqa: E402
 import comfy.sample  # noqa: E402
 import comfy.sd  # noqa: E402
@@ -61,6 +61,13 @@ def optional(name: str):
 H3 = optional("comfy.ldm.minimax.model")
 AV = optional("comfy.ldm.lightricks.av_model")
 CONNECTOR = optional("comfy.ldm.lightricks.embeddings_connector")
+NESTED = optional("comfy.nested_tensor")  # the audio+video latent of H3 and LTXAV; older hosts have neither model
+
+
+def sized_connectors() -> bool:
+    """The host's LTXAV takes the text connectors' size from its config (0.33.0 on); an older one (the installable
+    0.12.1) builds them at full size, so no tiny model of it can be sampled here."""
+    return "connector_attention_head_dim" in inspect.signature(AV.LTXAVModel.__init__).parameters
 
 
 def load_pack(root: str):
@@ -128,7 +135,7 @@ class Lines(logging.Handler):
 def h3_model():
     state = tiny_h3_models.dit_state("healthy", generator_for("attention_reach_h3", SEED), text_dim=H3_TEXT_DIM)
     model = comfy.sd.load_diffusion_model_state_dict(state)
-    latent = comfy.nested_tensor.NestedTensor((torch.zeros(1, 24, 2, 4, 4), torch.zeros(1, 32, 2, 10)))
+    latent = NESTED.NestedTensor((torch.zeros(1, 24, 2, 4, 4), torch.zeros(1, 32, 2, 10)))
     gen = torch.Generator().manual_seed(SEED)
     prompts = [torch.randn(1, n, H3_TEXT_DIM, generator=gen) for n in (7, 5)]
     return model, latent, prompts, H3, "optimized_attention"
@@ -138,7 +145,7 @@ def ltx_model():
     net = build(AV.LTXAVModel, **LTX_CONFIG, operations=comfy.ops.disable_weight_init, dtype=torch.float32)
     state = randomize(net, generator_for("attention_reach_ltx", SEED))
     model = comfy.sd.load_diffusion_model_state_dict(state, metadata={"config": json.dumps({"transformer": LTX_CONFIG})})
-    latent = comfy.nested_tensor.NestedTensor((torch.zeros(1, 128, 2, 2, 2), torch.zeros(1, 8, 4, 16)))
+    latent = NESTED.NestedTensor((torch.zeros(1, 128, 2, 2, 2), torch.zeros(1, 8, 4, 16)))
     gen = torch.Generator().manual_seed(SEED)
     prompts = [torch.randn(1, n, LTX_CONFIG["caption_channels"], generator=gen) for n in (7, 5)]
     return model, latent, prompts, core_attention, "optimized_attention"
@@ -190,8 +197,8 @@ def family(build_model) -> dict:
 
 
 def main() -> dict:
-    result = {"has_h3": H3 is not None and hasattr(H3, "TokenRefiner"),
-              "has_ltxav": AV is not None and CONNECTOR is not None}
+    result = {"has_h3": H3 is not None and hasattr(H3, "TokenRefiner") and NESTED is not None,
+              "has_ltxav": AV is not None and CONNECTOR is not None and NESTED is not None and sized_connectors()}
     if result["has_h3"]:
         result["h3"] = family(h3_model)
     if result["has_ltxav"]:

@@ -48,7 +48,7 @@ def probe(request):
 def _family(probe, family):
     capability = {"h3": "has_h3", "ltx": "has_ltxav"}[family]
     if not probe[capability]:
-        pytest.skip(f"this host has no {'MiniMax-H3 token refiner' if family == 'h3' else 'LTX-2 text connectors'}")
+        pytest.skip(f"this host has no {'MiniMax-H3 token refiner' if family == 'h3' else 'LTX-2 text connectors sized by its config'}")
     return probe[family]
 
 
