@@ -96,6 +96,15 @@ def conversion_remark(kind: str, value: Any, converted: Any) -> str | None:
     return None
 
 
+def _has_own_fallback(info: dict, key: str) -> bool:
+    """A required input inside a DynamicCombo option ('format.codec') that the node also declares, optional, at its
+    top level ('codec'): the host's /prompt never checks option inputs, and such a node reads the flat one instead."""
+    if "." not in key:
+        return False
+    optional = (info.get("input") or {}).get("optional") or {}
+    return isinstance(optional, dict) and key.rsplit(".", 1)[-1] in optional
+
+
 def _conversion_fix(kind: str, opts: dict) -> str:
     """A value this input takes, for a literal the host cannot convert (a newer template's option, e.g. CreateVideo
     bit_depth "auto" where this ComfyUI's input is an INT of 8..10)."""
@@ -378,6 +387,13 @@ def _node_problems(graph: dict, schemas: dict, node_id: str, ct: str, info: dict
         if required and name not in inputs:
             kind, opts = input_kind(spec)
             hint = f" (default {opts['default']!r})" if "default" in opts else ""
+            if _has_own_fallback(info, name) and name.rsplit(".", 1)[-1] not in inputs:
+                # ComfyUI's /prompt does not check a DynamicCombo's option inputs, and this node declares the input
+                # at its top level as well (yzkee's SaveVideo: a hidden optional 'codec' for older prompts): it runs
+                problems.append(Problem(node_id, ct, name, None, f"the {kind} input '{name}' is not set; this "
+                                        f"ComfyUI's {ct} falls back to its own '{name.rsplit('.', 1)[-1]}' input",
+                                        f"set '{name}'{hint} to choose it", WARNING))
+                continue
             problems.append(Problem(node_id, ct, name, None, f"required {kind} input is missing",
                                     f"connect or set '{name}'{hint}"))
     for name, value in inputs.items():

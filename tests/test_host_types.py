@@ -495,3 +495,18 @@ def test_a_spec_index_that_names_no_earlier_spec_fails_loudly():
 def test_the_type_constants_are_the_hosts_io_types():
     assert (node_inputs.MATCH_TYPE, node_inputs.AUTOGROW, node_inputs.DYNAMIC_COMBO, node_inputs.MAX_SLOTS) == (
         "COMFY_MATCHTYPE_V3", "COMFY_AUTOGROW_V3", "COMFY_DYNAMICCOMBO_V3", 100)
+
+
+def test_a_savevideo_without_its_codec_runs_on_a_host_whose_savevideo_falls_back_to_its_own(offline):
+    """yzkee @783545f6's SaveVideo declares a hidden optional 'codec' beside 'format.codec': its /prompt accepts a
+    prompt that sets neither and the video is written (tier b, test_host_verdicts_comfyui 'savevideo, no codec'),
+    so the pack warns instead of refusing; a host without that input (0.33.0) still gets the error."""
+    graph = {"1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 2, "color": 0}},
+             "2": {"class_type": "CreateVideo", "inputs": {"images": ["1", 0], "fps": 24.0}},
+             "3": {"class_type": "SaveVideo", "inputs": {"video": ["2", 0], "filename_prefix": "p", "format": "mp4"}}}
+    (problem,) = validate_graph(graph, offline)
+    assert (problem.input, problem.severity) == ("format.codec", WARNING)
+    assert "falls back to its own 'codec' input" in problem.message
+    without = copy.deepcopy(offline["SaveVideo"])
+    del without["input"]["optional"]["codec"]
+    assert [p.severity for p in validate_graph(graph, {**offline, "SaveVideo": without})] == [ERROR]

@@ -18,6 +18,7 @@ import tiny_h3_models
 import tiny_ltx_models
 import torch
 from comfyui_host import LTXAV, NATIVE_H3, execution_error
+from h3kit.checks.host_layout import adapt_graph
 from safetensors.torch import save_file
 from tiny_graphs import (
     DRAFT_H,
@@ -220,7 +221,8 @@ def test_run_renders_each_graph_and_verifies_its_mp4(h3_host, request, tmp_path,
     length = h3_length(graph)
     frames, size = (KEPT_FRAMES[length], (TARGET_W, TARGET_H)) if two_stage else (length, (DRAFT_W, DRAFT_H))
     rows = out.splitlines()
-    assert any("INFO  adapted: node" in row and "input 'format.codec' -> 'codec'" in row for row in rows), out
+    if adapt_graph(graph, server.object_info()).changes:  # 0.33.0's SaveVideo layout; yzkee takes the graph as is
+        assert any("INFO  adapted: node" in row and "input 'format.codec' -> 'codec'" in row for row in rows), out
     for line in (f"{frames} frames decode, not black, not constant", f"{size[0]}x{size[1]} as the graph asks",
                  f"{frames} frames as the graph asks", "audio present"):
         assert any(row.startswith("PASS") and line in row for row in rows), (line, out)
