@@ -67,7 +67,7 @@ NESTED = optional("comfy.nested_tensor")  # the audio+video latent of H3 and LTX
 def sized_connectors() -> bool:
     """The host's LTXAV takes the text connectors' size from its config (0.33.0 on); an older one (the installable
     0.12.1) builds them at full size, so no tiny model of it can be sampled here."""
-    return "connector_attention_head_dim" in inspect.signature(AV.LTXAVModel.__init__).parameters
+    return "connector_attention_head_dim" in inspect.getsource(AV.LTXAVModel)  # read from **kwargs (0.33.0)
 
 
 def load_pack(root: str):
