@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from re import compile as regex
 
+from comfyui_host import combo_options
+from h3kit.checks.node_inputs import option_keys
+
 TESTS_DIR = Path(__file__).resolve().parent
 CORPUS_DIR = TESTS_DIR / "data" / "official_templates"
 MANIFEST = CORPUS_DIR / "manifest.json"
@@ -67,13 +70,6 @@ def _media_kind(opts: dict) -> str | None:
     return next((kind for kind in MEDIA_KINDS if opts.get(f"{kind}_upload")), None)
 
 
-def _combo_options(spec: list) -> list:
-    if isinstance(spec[0], list):
-        return spec[0]
-    options = spec[1].get("options", []) if len(spec) > 1 and isinstance(spec[1], dict) else []
-    return [o.get("key") if isinstance(o, dict) else o for o in options]
-
-
 def absent_named_files(graph: dict, server_info: dict) -> dict[str, set[str]]:
     """{"model" | "image" | "audio" | "video": names} that the graph's combos name and the server does not list."""
     absent: dict[str, set[str]] = {"model": set(), **{kind: set() for kind in MEDIA_KINDS}}
@@ -86,7 +82,7 @@ def absent_named_files(graph: dict, server_info: dict) -> dict[str, set[str]]:
             spec = specs.get(key)
             if not (isinstance(value, str) and spec and (isinstance(spec[0], list) or spec[0] == "COMBO")):
                 continue
-            if value in _combo_options(spec):
+            if value in option_keys(combo_options(spec)):
                 continue
             opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
             absent[_media_kind(opts) or "model"].add(value)

@@ -34,6 +34,7 @@ from browser_ui import (
 from comfyui_host import ComfyUIServer
 from h3kit.checks.host_layout import adapt_graph
 from h3kit.scripts import workflows_ui
+from official_templates import absent_named_files, write_placeholders
 
 pytestmark = pytest.mark.browser
 
@@ -568,25 +569,10 @@ def test_a_prompt_in_another_savevideo_layout_is_adapted_and_the_change_shown(ed
 # --- the README's screenshots -------------------------------------------------------------------------
 
 def _placeholders(server: ComfyUIServer, graph: dict, server_info: dict) -> list[Path]:
-    """Files named as the graph's absent models (in every model folder the server lists: the frontend only needs
-    the name in the loader's list) and input images (a grey picture, so LoadImage shows one), as on a machine
-    that has them; the paths written, to remove afterwards."""
-    from PIL import Image
-
-    absent = absent_files(graph, server_info)
+    """Files named as the graph's absent models and inputs, as on a machine that has them
+    (official_templates.write_placeholders); the paths written, to remove afterwards."""
     folders = [f for f in server.get("/models") if f != "custom_nodes"]
-    written = []
-    for file_name in sorted(absent.files["missing-model"]):
-        for folder in folders:
-            path = server.models_dir / folder / file_name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(b"")
-            written.append(path)
-    for file_name in sorted(absent.files["missing-media"]):
-        path = server.base_dir / "input" / file_name
-        Image.new("RGB", (512, 512), (128, 128, 128)).save(path)
-        written.append(path)
-    return written
+    return write_placeholders(server.base_dir, folders, absent_named_files(graph, server_info))
 
 
 @pytest.mark.parametrize("name", sorted(README_SHOTS))
