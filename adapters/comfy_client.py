@@ -129,7 +129,7 @@ def safe_basename(name: Any, what: str = "filename") -> str:
     if not isinstance(name, str) or "\x00" in name:
         raise BadResponse(f"the server sent {what} {printable(repr(name), 80)}, which is not a file name")
     base = re.split(r"[\\/]", name)[-1].strip()
-    base = _UNSAFE_NAME_CHARS.sub("_", printable(base))
+    base = _UNSAFE_NAME_CHARS.sub("_", base)  # control and separator characters too: never \\w
     if base in ("", ".", ".."):
         raise BadResponse(f"the server sent {what} {printable(repr(name), 80)}, which names no file")
     if base.startswith("."):

@@ -10,9 +10,10 @@ workflows) goes through here:
 
 It is also the one home of the rules for names and paths the pack is given: `name_problem` (a file name H3Kit
 creates must work on Linux, Windows and macOS: at most 255 bytes, no reserved device name, no character any of
-them forbids) and `open_regular` / `regular_file_problem` (a path read as a file must be a regular file: a
-FIFO or a device would block or never end, and is refused before it is opened for reading), and of
-`sniff_file`: what a file is, from its first bytes (the signatures are checks/filetypes.py's).
+them forbids, no character that does not print as itself on one line: `checks.problem.unsafe_char`) and
+`open_regular` / `regular_file_problem` (a path read as a file must be a regular file: a FIFO or a device would
+block or never end, and is refused before it is opened for reading), and of `sniff_file`: what a file is, from its
+first bytes (the signatures are checks/filetypes.py's).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..checks.filetypes import HEAD_BYTES, FileKind, sniff
+from ..checks.problem import unsafe_char
 
 TEMP_SUFFIX = ".tmp"
 MAX_NAME_TRIES = 10_000
@@ -59,9 +61,9 @@ def name_problem(name: str) -> str | None:
         return f"is {size} bytes long; at most {MAX_NAME_BYTES} are allowed (UTF-8)"
     if "/" in name or "\\" in name:
         return "contains a path separator"
-    bad = sorted({ch for ch in name if ch in WINDOWS_FORBIDDEN_CHARS or ord(ch) < 32 or ord(ch) == 127})
-    if bad:
-        return f"contains characters file names cannot hold on every system: {bad!r}"
+    bad = sorted({ch for ch in name if ch in WINDOWS_FORBIDDEN_CHARS or unsafe_char(ch)})
+    if bad:  # control, format, separator, invisible space: a name that prints as another or breaks a line
+        return f"contains characters file names cannot hold on every system or print as: {bad!r}"
     if name != name.strip() or name.endswith("."):
         return "starts or ends with a space or ends with '.', which Windows strips"
     device = name.split(".")[0].rstrip(" ").upper()

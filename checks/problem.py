@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,18 +12,48 @@ INFO = "INFO"  # not a finding: what the pack did for the user (an input moved t
 ERROR, WARNING = "error", "warning"
 
 
-LINE_BREAKS = "\n\r\t\v\f\x85\u2028\u2029"  # shown as one space: the text stays readable on its line
+ELLIPSIS = "..."
+_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def unsafe_char(ch: str) -> bool:
+    """A character that is not ordinary visible text on one line: Unicode's control (Cc: NUL, ESC, C1 such as
+    NEL), format (Cf: bidi overrides, zero-width), surrogate (Cs), private-use (Co), unassigned (Cn), line and
+    paragraph separators (Zl, Zp) and every space but ' ' (Zs). Exactly the characters `str.isprintable` refuses."""
+    return not ch.isprintable()
+
+
+def _escaped(ch: str) -> str:
+    short = _SHORT_ESCAPES.get(ch)
+    if short is not None:
+        return short
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: Any, limit: int | None = None) -> str:
-    """One line safe to print: control and format characters (ANSI escapes, NUL, bidi overrides) that a
-    workflow, a file or a server sent become '?', and line breaks and tabs a space, so nothing it says can
-    redraw or hide the terminal or start a line that looks like H3Kit's own."""
+    """The one escape for text that came from outside (a workflow, a file or its name, a server, a node's
+    report): one line, every `unsafe_char` shown as its escape (\\n, \\x1b, \\x85, \\u2028, \\ud800, \\u202e),
+    so nothing it says can start a line that looks like H3Kit's own, redraw or hide the terminal, or
+    crash the print (a lone surrogate). When anything is escaped, backslashes are doubled too, so the
+    escaped text reads one way only; text with nothing to escape is returned as it is (a Windows path stays
+    readable), which also makes the function idempotent: escaping a line that holds escaped values changes
+    nothing. At most `limit` characters (an escape is never cut), ending in '...' when shortened."""
     text = str(text)
-    if limit is not None and len(text) > limit:
-        text = text[:limit] + "..."
-    return "".join(" " if ch in LINE_BREAKS else ch if unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Zl", "Zp")
-                   else "?" for ch in text)
+    cut = limit is not None and len(text) > limit
+    head = text[:limit] if cut else text  # escaping never shortens: limit characters in are enough
+    if head.isprintable():
+        return head[:max(limit - len(ELLIPSIS), 0)] + ELLIPSIS if cut else text
+    pieces = [ch if ch.isprintable() and ch != "\\" else _escaped(ch) for ch in head]
+    if limit is None or (not cut and sum(map(len, pieces)) <= limit):
+        return "".join(pieces)
+    size, kept = len(ELLIPSIS), []
+    for piece in pieces:
+        size += len(piece)
+        if size > limit:
+            break
+        kept.append(piece)
+    return "".join(kept) + ELLIPSIS
 
 
 def printable_lines(text: Any) -> str:

@@ -139,7 +139,7 @@ def test_any_server_address_is_normalised_or_refused_as_invalid(text):
 
 
 def test_control_characters_from_a_server_are_not_printed():
-    assert printable("ok\x1b[2J\x07\u202egnp.exe") == "ok?[2J??gnp.exe"
+    assert printable("ok\x1b[2J\x07\u202egnp.exe") == "ok\\x1b[2J\\x07\\u202egnp.exe"  # visible, never sent
 
 
 # --- transport ----------------------------------------------------------------------------------
