@@ -271,11 +271,23 @@ def output_files(entry: dict) -> tuple[list[OutputFile], list[str]]:
                 if not isinstance(item, dict) or "filename" not in item:
                     continue
                 name, sub, kind = item.get("filename"), item.get("subfolder", ""), item.get("type", "output")
-                if not all(isinstance(v, str) and "\x00" not in v for v in (name, sub, kind)) or not name:
+                if not all(_url_text(v) for v in (name, sub, kind)) or not name:
                     refused.append(printable(f"node {node_id}: {item!r}", 200))
                     continue
                 files.append(OutputFile(printable(node_id, 40), name, sub, kind))
     return files, refused
+
+
+def _url_text(value: Any) -> bool:
+    """Text /view can be asked for: no NUL, and UTF-8 (a lone surrogate such as '\\ud800' cannot be put in a URL:
+    that one output is refused, the job's other outputs are still fetched)."""
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def fetch_output(client: ComfyClient, item: OutputFile, folder: Path, cap: int, seconds: float | None) -> Path:

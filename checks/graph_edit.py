@@ -35,7 +35,7 @@ def find_node(graph: dict, ref: str) -> str:
     if len(titled) == 1:
         return titled[0]
     if titled:
-        raise GraphEditError(f"title '{printable(ref)}' names {len(titled)} nodes ({', '.join(titled)}); use a node id")
+        raise GraphEditError(f"title '{printable(ref)}' names {len(titled)} nodes ({printable(', '.join(titled), 200)}); use a node id")
     raise GraphEditError(f"no node with id or title '{printable(ref)}' (ids: {printable(', '.join(list(graph)[:20]))})")
 
 
@@ -71,7 +71,7 @@ def example_input(graph: dict) -> str:
     for nid in sorted(graph, key=lambda n: (len(str(n)), str(n))):
         for name, value in inputs_of(graph[nid]).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return f"{nid}.{name}"
+                return printable(f"{nid}.{name}", 100)  # the workflow's key: shown escaped, never a line break
     return "NODE.INPUT"
 
 

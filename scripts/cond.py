@@ -90,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         return handlers[args.cond_command](args)
     except (CommandError, CacheError) as exc:
-        console.problem(f"error: {exc}")
+        console.problem(f"error: {printable(exc)}")
         return EXIT_INVALID
     except ComfyError as exc:  # cond build: the same exit codes as run (2 refused, 3 timeout, 4 unreachable)
-        console.problem(f"error: {exc}")
+        console.problem(f"error: {printable(exc)}")
         return exc.exit_code
 
 
@@ -131,7 +131,7 @@ def run_info(args: argparse.Namespace) -> int:
         console.result(json.dumps(info, indent=2))
         return EXIT_OK
     out = console.result
-    out(f"file:      {info['file']}")
+    out(f"file:      {printable(info['file'])}")
     out(f"format:    h3kit.conditioning v{info['format_version']}, written by H3Kit {printable(info['h3kit_version'], 40)} "
         f"at {printable(info['created_utc'], 40)}")
     out(f"encoder:   {printable(info['encoder'], 300) or '(not recorded)'}")
@@ -139,7 +139,7 @@ def run_info(args: argparse.Namespace) -> int:
     if info["prompt_sha256"]:
         out(f"sha256:    {printable(info['prompt_sha256'], 80)}")
     for i, entry in enumerate(info["entries"]):
-        out(f"entry {i}:   tensor {entry['tensor']}")
+        out(f"entry {i}:   tensor {printable(entry['tensor'], 100)}")
         for key, value in entry["options"].items():
             out(f"  {printable(key, 100)}: {json.dumps(value)[:300]}")
     out("data:      every tensor matches its checksum")
@@ -181,8 +181,8 @@ def run_list(args: argparse.Namespace) -> int:
     if args.json:
         console.result(json.dumps({"folder": str(folder), "found_by": found_by, "caches": rows}, indent=2))
         return code
-    console.result(f"{folder} (from {found_by}): {len(rows)} cache file(s)" if folder.is_dir()
-                   else f"{folder} (from {found_by}): folder does not exist yet")
+    console.result(printable(f"{folder} (from {found_by}): {len(rows)} cache file(s)" if folder.is_dir()
+                             else f"{folder} (from {found_by}): folder does not exist yet"))
     for row in rows:
         size = f"{row['bytes'] / 2**20:7.1f} MiB"
         name = printable(row["name"])
@@ -209,7 +209,7 @@ def run_import(args: argparse.Namespace) -> int:
 
     folder = cache_dir(args.dir)
     _check_torch_file(args.source)
-    console.result(f"reading {args.source} with torch.load(weights_only=True): tensors and plain containers only; "
+    console.result(f"reading {printable(args.source)} with torch.load(weights_only=True): tensors and plain containers only; "
                    "no code from the file is run")
     try:
         value = torch.load(args.source, map_location="cpu", weights_only=True)

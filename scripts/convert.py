@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..adapters.bf16_convert import FP16_MAX, ConversionResult, ConvertError, bf16_to_fp16, read_source
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from ..checks.problem import printable
 from . import console
 
 EXIT_STATUSES = {
@@ -51,12 +52,7 @@ def _row(row) -> str:
         notes.append(f"{row.flushed_to_zero} tiny values -> 0")
     if row.nan:
         notes.append(f"{row.nan} NaN in source")
-    return f"{_printable(row.name):<60} {dtype:<12} {shape:<22} {peak:>12}  {', '.join(notes)}"
-
-
-def _printable(name: str) -> str:
-    """Tensor names come from the file: control characters are shown escaped, never sent to the terminal."""
-    return name if name.isprintable() else repr(name)[1:-1]
+    return f"{printable(row.name, 200):<60} {dtype:<12} {shape:<22} {peak:>12}  {', '.join(notes)}"
 
 
 def format_summary(result: ConversionResult) -> str:
@@ -72,7 +68,7 @@ def _progress_bar(source: Path, quiet: bool):
     from tqdm import tqdm
 
     total = read_source(source).data_bytes
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"converting {source.name}",
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"converting {printable(source.name, 60)}",
                 file=sys.stderr, disable=quiet or not sys.stderr.isatty(), leave=False)
 
 
@@ -82,13 +78,13 @@ def run(args: argparse.Namespace) -> int:
             result = bf16_to_fp16(args.input, args.output, clamp=args.clamp, overwrite=args.overwrite,
                                   progress=bar.update)
     except ConvertError as exc:
-        console.problem(f"convert: {exc}")
+        console.problem(f"convert: {printable(exc)}")
         return EXIT_INVALID
     if result.overflow:
-        worst = ", ".join(f"{_printable(row.name)} (max |x| {row.max_abs:.6g})" for row in result.overflow)
+        worst = ", ".join(f"{printable(row.name, 200)} (max |x| {row.max_abs:.6g})" for row in result.overflow)
         console.problem(f"convert: refused, nothing written: {len(result.overflow)} tensors exceed fp16's 65504: "
                         f"{worst}. Re-run with --clamp to clamp them, or keep the bf16 file.")
         return EXIT_FAILED
     console.result(format_summary(result))
-    console.result(f"wrote {args.output} (header re-read: names, shapes, dtypes and __metadata__ verified)")
+    console.result(f"wrote {printable(args.output)} (header re-read: names, shapes, dtypes and __metadata__ verified)")
     return EXIT_OK

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from ..checks.filetypes import output_name_problem
+from ..checks.problem import printable
 from . import console
 
 EXIT_STATUSES = {
@@ -119,7 +120,7 @@ def _verify_file(result: DemoResult, frames, audio) -> None:
                  f"the decoded video runs from draft frame {first} to {last} (read from the burned-in frame code): "
                  f"the dropped frames {kept}..{DRAFT_FRAMES - 1} are the tail")
     audio_s = audio["waveform"].shape[-1] / audio["sample_rate"]
-    result.lines.append(f"  video      {result.path} ({result.path.stat().st_size / 1024:.0f} KiB; handoff audio "
+    result.lines.append(f"  video      {printable(result.path)} ({result.path.stat().st_size / 1024:.0f} KiB; handoff audio "
                         f"{audio_s:.3f} s)")
 
 
@@ -157,7 +158,7 @@ def _draw_sheet(result: DemoResult, draft, draft_audio, report: dict, overwrite:
     write_bytes(result.sheet, buffer.getvalue(), overwrite=overwrite)
     with Image.open(result.sheet) as saved:
         result.check(saved.size == sheet.size, f"contact sheet {saved.size[0]}x{saved.size[1]} written and re-read")
-    result.lines.append(f"  sheet      {result.sheet} (all {report['source']['frames']} draft frames: "
+    result.lines.append(f"  sheet      {printable(result.sheet)} (all {report['source']['frames']} draft frames: "
                         f"{report['kept_frames']} kept in green, {report['dropped_frames']} dropped in red; "
                         "waveform with the audio cut)")
 
@@ -217,11 +218,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         output = output_path(args.output)
     except ValueError as exc:
-        console.problem(f"ERROR: --output {exc}")
+        console.problem(f"ERROR: --output {printable(exc)}")
         return EXIT_INVALID
     for path in (output, sheet_path(output)):
         if path.exists() and not args.overwrite:
-            console.problem(f"ERROR: {path} exists. Choose another --output, or add --overwrite to replace it.")
+            console.problem(f"ERROR: {printable(path)} exists. Choose another --output, or add --overwrite to replace it.")
             return EXIT_INVALID
     console.result("H3Kit demo: synthetic H3 draft -> H3KitDraftToLTX -> guards -> mp4 (h264 + aac) -> decoded "
                    "back; contact sheet")
@@ -233,8 +234,8 @@ def run(args: argparse.Namespace) -> int:
     summary = f"{sum(ok for ok, _ in result.checks)}/{len(result.checks)} checks"
     if result.passed:
         console.result(f"demo passed: {summary}")
-    console.result(f"video:         {result.path}")
-    console.result(f"contact sheet: {result.sheet}  (open it: every draft frame kept/dropped, crop box, audio cut)")
+    console.result(f"video:         {printable(result.path)}")
+    console.result(f"contact sheet: {printable(result.sheet)}  (open it: every draft frame kept/dropped, crop box, audio cut)")
     if not result.passed:
         console.problem(f"demo FAILED: {summary}")
         return EXIT_FAILED

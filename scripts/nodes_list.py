@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from ..checks.problem import printable
 from . import console
 
 EXIT_STATUSES = {EXIT_OK: "every node module imported", EXIT_FAILED: "a node module failed to import (named on stderr)",
@@ -34,5 +35,5 @@ def run(args: argparse.Namespace) -> int:
         for pkg, ids in DISABLED_NODES.items():
             console.result(f"(optional, off here: needs '{pkg}': {', '.join(ids)})")
     for module, error in IMPORT_FAILURES.items():
-        console.problem(f"ERROR: module nodes/{module}.py failed to import: {error}")
+        console.problem(f"ERROR: module nodes/{module}.py failed to import: {printable(error)}")
     return EXIT_FAILED if IMPORT_FAILURES else EXIT_OK

@@ -114,7 +114,7 @@ def run_job(job: Job, args: argparse.Namespace) -> int:
             say(job.label, f"POST /free -> HTTP {status} (models unload before the next prompt)")
         changed = apply_seed(job.graph, job.seed)
         if changed:
-            say(job.label, f"seed {job.seed} -> {', '.join(changed)}")
+            say(job.label, f"seed {job.seed} -> {printable(', '.join(changed), 500)}")
         client_id = uuid.uuid4().hex
         ws, note = jobs.open_events(client, client_id)
         if note:
@@ -297,7 +297,7 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
         sub = saved.get("subfolder")
         value = f"{sub}/{value}" if isinstance(sub, str) and sub else value
         graph[nid].setdefault("inputs", {})[name] = value
-        say("", f"uploaded {path} -> input/{printable(value, 200)} (node {nid}.{name})")
+        say("", printable(f"uploaded {path} -> input/{printable(value, 200)} (node {nid}.{name})"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -314,10 +314,10 @@ def run(args: argparse.Namespace) -> int:
                  f"cache; {no_seed_advice(graph)}")
         graphs = server_graphs(graph, servers, args.upload, args.timeout)
     except (GraphEditError, BadServerURL, jobs.Rejected) as exc:
-        warn("", f"REJECTED: {exc}")
+        warn("", f"REJECTED: {printable(exc)}")
         return EXIT_INVALID
     except ComfyError as exc:
-        warn("", f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {exc}")
+        warn("", f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {printable(exc)}")
         return exc.exit_code
     order = [normalise_server(s) for s in args.server]
     plan = [Job(order[i % len(order)], json.loads(json.dumps(graphs[order[i % len(order)]])), seeds[i],
@@ -333,7 +333,7 @@ def run_one_guarded(job: Job, args: argparse.Namespace) -> int:
         warn(job.label, f"REJECTED: {exc}")
         return EXIT_INVALID
     except ComfyError as exc:
-        warn(job.label, f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {exc}")
+        warn(job.label, f"{'UNREACHABLE' if exc.exit_code == EXIT_UNREACHABLE else 'FAIL'}: {printable(exc)}")
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug or an answer we did not foresee: the job failed, loudly
         line, _ = unexpected_error("the job", exc, pack_version())

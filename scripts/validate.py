@@ -18,7 +18,7 @@ from ..adapters.files import is_folder
 from ..adapters.server_probe import read_schemas, server_version_check
 from ..adapters.workflow_file import load_graph_file
 from ..checks.facts import EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
-from ..checks.problem import ERROR, Check
+from ..checks.problem import ERROR, Check, printable
 from ..checks.validator import looks_like_ui_format
 from ..checks.verdict import REFUSED, judge
 from . import console
@@ -50,7 +50,7 @@ def workflow_paths(arguments: list[Path]) -> tuple[list[Path], bool]:
             continue
         found = sorted(p for p in argument.glob("*.json") if p.is_file())
         if not found:
-            console.problem(f"FAIL {argument}: a folder with no .json file in it; pass workflow files or a folder "
+            console.problem(f"FAIL {printable(argument)}: a folder with no .json file in it; pass workflow files or a folder "
                             "that holds them (e.g. workflows/api)")
             empty = True
         paths += found
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                                *(report(path, schemas, lambda graph: server_version_check(client, graph, schemas))
                                  for path in paths)])
     except ComfyError as exc:
-        console.problem(f"ERROR: {exc}")
+        console.problem(f"ERROR: {printable(exc)}")
         return exc.exit_code
 
 
@@ -83,7 +83,7 @@ def report(path: Path, schemas: dict, host_check: Callable[[dict | None], Check]
     errors = [p for p in problems if p.severity == ERROR]
     word = REFUSED if verdict is None else verdict.status
     moved = f", {len(verdict.changes)} input(s) adapted to this host's layout" if verdict and verdict.changes else ""
-    summary = f"{word} {path}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s){moved}"
+    summary = f"{word} {printable(path)}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s){moved}"
     if errors:
         console.problem(summary)
     else:

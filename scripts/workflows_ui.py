@@ -29,6 +29,7 @@ from ..adapters.files import write_bytes
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from ..checks.graph import input_kind, is_link
 from ..checks.invocation import command
+from ..checks.problem import printable
 from . import console
 from . import schemas as schema_src
 
@@ -690,7 +691,7 @@ def run(args: argparse.Namespace) -> int:
         if args.check:
             problems = stale_files(args.api_dir, args.out_dir, schemas)
             for problem in problems:
-                console.problem(f"STALE {problem}")
+                console.problem(f"STALE {printable(problem)}")
             if problems:
                 console.problem(f"Fix: run `{command('workflows ui')}` and commit workflows/*.json and "
                                 "workflows/*.jpg")
@@ -699,15 +700,15 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         expected = expected_files(args.api_dir, args.out_dir, schemas)
     except WorkflowUIError as exc:
-        console.problem(f"ERROR: {exc}")
+        console.problem(f"ERROR: {printable(exc)}")
         return EXIT_INVALID
     for path, content in expected.items():
         if is_current(path, content):
             continue
         write_atomic(path, content)
-        console.result(f"wrote {path}")
+        console.result(f"wrote {printable(path)}")
     for path in sorted(list(args.out_dir.glob("*.json")) + list(args.out_dir.glob("*.jpg"))):
         if path not in expected:
-            console.problem(f"WARN  {path.name} has no source in {args.api_dir}; it is left untouched")
-    console.result(f"{len(expected) // 2} workflow(s) in {args.out_dir}")
+            console.problem(f"WARN  {printable(path.name)} has no source in {printable(args.api_dir)}; it is left untouched")
+    console.result(f"{len(expected) // 2} workflow(s) in {printable(args.out_dir)}")
     return EXIT_OK
