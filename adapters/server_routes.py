@@ -39,7 +39,7 @@ from typing import Any
 from ..checks.environment import kitchen_version, local_checks
 from ..checks.host_layout import adapt_graph
 from ..checks.invocation import command
-from ..checks.problem import FAIL, INFO, PASS, WARN, Check
+from ..checks.problem import FAIL, INFO, PASS, WARN, Check, printable
 from ..checks.rules_files import ModelFiles
 from ..checks.schemas import class_info, providing_pack
 from ..checks.server import comfyui_version_check
@@ -47,7 +47,7 @@ from ..checks.verdict import Verdict, verdict_of
 from ..checks.workflow import preflight_checks as graph_checks  # the one verdict; no rule lives here
 from . import preflight_request
 from .host import comfyui_version, host_loaded, host_module, render_devices
-from .log import LOG, log_once
+from .log import LOG, MAX_LOG_LINE_CHARS, log_once
 from .model_folders import host_files
 from .preflight_request import MAX_NODES, RequestRefused, prompt_graph, read_json
 
@@ -75,7 +75,7 @@ class HostView:
 def check_item(check: Check) -> dict[str, Any]:
     """One check as the route (and the H3KitPreflight node's report) lists it: node_id and input where the check is
     about one node's input, so the editor can tell which of them ComfyUI's own lists already name."""
-    item = {"status": check.status, "check": check.name, "detail": check.detail, "fix": check.fix}
+    item = {"status": check.status, "check": check.name, "detail": printable(check.detail), "fix": printable(check.fix)}
     if check.node_id is not None:
         item["node_id"] = str(check.node_id)
     if check.input is not None:
@@ -141,8 +141,8 @@ def node_schemas(node_classes: Mapping[str, type], class_types: Iterable[str]) -
             schemas[class_type] = (cls.GET_NODE_INFO_V1() if hasattr(cls, "GET_NODE_INFO_V1")
                                    else class_info(class_type, cls))
         except Exception as exc:  # noqa: BLE001 - a third-party node's INPUT_TYPES may raise anything
-            notes.append(Check(WARN, "nodes", f"'{class_type}': its inputs could not be read "
-                               f"({type(exc).__name__}: {exc}), so they were not checked",
+            notes.append(Check(WARN, "nodes", f"'{printable(class_type, 200)}': its inputs could not be read "
+                               f"({type(exc).__name__}: {printable(exc, 500)}), so they were not checked",
                                "see the ComfyUI log for that node pack's error"))
     return schemas, notes
 
@@ -224,7 +224,7 @@ async def handle_preflight(request: Any, pack: PackNodes) -> Any:
                       f"check a smaller graph, or run `{command('validate FILE')}` on the exported API graph")
     except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
         LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
-        return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {exc})",
+        return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {printable(exc, 500)})",
                       f"see the ComfyUI log; `{command('doctor --workflow FILE')}` runs the same checks")
     report["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
     return web.json_response(report)
@@ -266,7 +266,8 @@ def adapt_queued_prompt(json_data: Any) -> Any:
                   exc_info=True)
         return json_data
     if adaptation.changes:
-        LOG.warning("H3Kit adapted a queued prompt to this ComfyUI's input layout: %s", adaptation.summary())
+        LOG.warning("H3Kit adapted a queued prompt to this ComfyUI's input layout: %s",
+                    printable(adaptation.summary(), MAX_LOG_LINE_CHARS))  # the client's keys: one escaped line
         json_data = {**json_data, "prompt": adaptation.graph}
     return json_data
 

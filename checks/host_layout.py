@@ -45,8 +45,9 @@ class Change:
 
     def text(self) -> str:
         shown = printable(repr(self.value), 60)
-        return (f"node {self.node_id} ({self.class_type}): input '{self.old_key}' -> '{self.new_key}' (value {shown} "
-                f"unchanged): this ComfyUI's {self.class_type} takes it there")
+        node, old, new = printable(self.node_id, 40), printable(self.old_key, 100), printable(self.new_key, 100)
+        return (f"node {node} ({printable(self.class_type, 80)}): input '{old}' -> '{new}' (value {shown} "
+                f"unchanged): this ComfyUI's {printable(self.class_type, 80)} takes it there")
 
     def as_dict(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "class_type": self.class_type, "from": self.old_key, "to": self.new_key,

@@ -9,23 +9,25 @@ import json
 from typing import Any
 
 from ..adapters.log import LOG, log_once
+from ..checks.problem import printable
 
 CATEGORY_ROOT = "H3Kit"
 
 
 class H3KitInputError(ValueError):
-    """A user-fixable input problem. The message names node, input, value and the fix."""
+    """A user-fixable input problem. The message names node, input, value and the fix, each escaped (a quoted
+    name cannot start a line of ComfyUI's console); `problem` is one line, or a list of lines shown one per line."""
 
-    def __init__(self, node: str, input_name: str, value: Any, problem: str, fix: str):
+    def __init__(self, node: str, input_name: str, value: Any, problem: str | list[str], fix: str):
         self.node, self.input_name, self.value = node, input_name, value
-        self.problem, self.fix = problem, fix
+        problem = printable(problem) if isinstance(problem, str) else "\n".join(map(printable, problem))
+        self.problem, self.fix = problem, printable(fix)
         shown = _short_repr(value)
-        super().__init__(f"{node}: input '{input_name}' = {shown}: {problem}. Fix: {fix}")
+        super().__init__(f"{node}: input '{printable(input_name, 200)}' = {shown}: {problem}. Fix: {self.fix}")
 
 
 def _short_repr(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return printable(repr(value), limit)
 
 
 class Report:
@@ -42,11 +44,13 @@ class Report:
         return self
 
     def warn(self, message: str) -> None:
+        message = printable(message)  # it may quote a file name or a prompt: one line in the report and the log
         self.warnings.append(message)
         LOG.warning("%s: %s", self.node, message)
 
     def fallback(self, key: str, message: str) -> None:
         """A degraded path was taken: always in the report, logged once per process per key."""
+        message = printable(message)
         self.fallbacks.append(message)
         log_once(f"{self.node}:{key}", f"{self.node}: {message}")
 

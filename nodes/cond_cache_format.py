@@ -95,8 +95,9 @@ class CacheError(ValueError):
     """A problem with a cache name, file or value; `problem` and `fix` are shown to the user."""
 
     def __init__(self, problem: str, fix: str, input_name: str = ""):
-        self.problem, self.fix, self.input_name = problem, fix, input_name
-        super().__init__(f"{problem}. Fix: {fix}")
+        # a path or a name quoted from outside: one escaped line in the CLI, the node's error and the log
+        self.problem, self.fix, self.input_name = printable(problem), printable(fix), input_name
+        super().__init__(f"{self.problem}. Fix: {self.fix}")
 
 
 # ---------------------------------------------------------------------------------------------- names
@@ -302,7 +303,7 @@ def describe_result(result: SaveResult) -> str:
     verb = {"written": "saved", "replaced": "replaced", "unchanged": "unchanged (identical content), kept"}[result.status]
     entries = f"{result.entries} entr{'y' if result.entries == 1 else 'ies'}"
     tensors = f"{result.tensors} tensor{'' if result.tensors == 1 else 's'}"
-    return f"{verb} {result.path} ({entries}, {tensors}, {result.bytes / 2**20:.2f} MiB)"
+    return f"{verb} {printable(result.path)} ({entries}, {tensors}, {result.bytes / 2**20:.2f} MiB)"
 
 
 def build_metadata(structure: Any, records: dict, prompt_text: str, encoder: str, h3kit_version: str) -> dict[str, str]:

@@ -659,9 +659,9 @@ class H3KitRef2VAPrompt:
         prompt, problems, linter = build_prompt(fields, counts, length)
         if problems and strict:
             first = problems[0]
-            listing = "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1))
+            listing = [f"  {i}. {p}" for i, p in enumerate(problems, 1)]
             raise H3KitInputError(NODE_ID, first.input_name, first.text or length,
-                                  f"{len(problems)} Ref2VA prompt problem(s):\n{listing}\n",
+                                  [f"{len(problems)} Ref2VA prompt problem(s):", *listing, ""],
                                   "correct the lines listed above, or set strict to false to compose anyway "
                                   "with these as report warnings")
         report = Report(NODE_ID).set(

@@ -12,6 +12,7 @@ import sys
 from importlib import import_module
 
 from ..adapters.crash_log import unexpected_error
+from ..adapters.log import one_line_records
 from ..checks.facts import EXIT_FAILED, EXIT_INTERRUPTED
 from ..checks.invocation import cli_command
 from ..checks.problem import printable
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     failed, what to do, where its full traceback was logged) and the documented exit code, never a raw
     traceback; Ctrl-C exits EXIT_INTERRUPTED with one line."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # a library's record too: one escaped line, no traceback
+        one_line_records(handler)
     what = prog or cli_command()
     try:
         args = build_parser(prog).parse_args(argv)

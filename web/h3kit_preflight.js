@@ -210,10 +210,30 @@ function ensureStyle() {
   document.head.append(style);
 }
 
+// Text that is not ordinary visible text on one line (Unicode Cc, Cf, Cs, Co, Cn, Zl, Zp, and every space but ' '):
+// the characters Python's str.isprintable refuses, as the server's checks.problem.printable escapes them.
+const UNSAFE_CHAR = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}]|(?! )\p{Zs}/u;
+const UNSAFE_OR_BACKSLASH = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}]|(?! )\p{Zs}|\\/gu;
+const SHORT_ESCAPES = { "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+/** Names and text from a workflow or the server, shown on one line: a line break, an escape sequence, a bidi
+ * override or a lone surrogate appears as \n, \x1b, \u202e, \ud800 (backslashes doubled when anything is escaped). */
+function shown(value) {
+  const text = String(value ?? "");
+  if (!UNSAFE_CHAR.test(text)) return text;
+  return text.replace(UNSAFE_OR_BACKSLASH, (ch) => {
+    if (SHORT_ESCAPES[ch]) return SHORT_ESCAPES[ch];
+    const code = ch.codePointAt(0);
+    const hex = code.toString(16);
+    return code < 0x100 ? `\\x${hex.padStart(2, "0")}` : code < 0x10000 ? `\\u${hex.padStart(4, "0")}`
+      : `\\U${hex.padStart(8, "0")}`;
+  });
+}
+
 function element(tag, className, text) {
   const el = document.createElement(tag);
   if (className) el.className = className;
-  if (text !== undefined) el.textContent = text; // server text is never parsed as HTML
+  if (text !== undefined) el.textContent = shown(text); // server text is never parsed as HTML, and shows escaped
   return el;
 }
 
@@ -284,8 +304,8 @@ function toastWarnings(report) {
   const fresh = report.checks.filter((c) => c.status === "WARN" && !warned.has(`${c.check}|${c.detail}`));
   fresh.forEach((c) => warned.add(`${c.check}|${c.detail}`));
   if (!fresh.length) return;
-  const detail = fresh.map((c) => `${c.node_id !== undefined ? `node ${c.node_id}: ` : ""}${c.detail}` +
-    (c.fix ? ` (fix: ${c.fix})` : "")).join("\n");
+  const detail = fresh.map((c) => shown(`${c.node_id !== undefined ? `node ${c.node_id}: ` : ""}${c.detail}` +
+    (c.fix ? ` (fix: ${c.fix})` : ""))).join("\n");
   toast("warn", `H3Kit preflight: ${fresh.length} warning(s)`, detail);
 }
 
@@ -300,7 +320,7 @@ function useAdapted(prompt, report) {
   if (!adapted?.prompt || !Array.isArray(adapted.changes) || !adapted.changes.length) return;
   prompt.output = { ...prompt.output, ...adapted.prompt };
   toast("info", `H3Kit adapted ${adapted.changes.length} input(s) to this ComfyUI`,
-    adapted.changes.map((c) => String(c.text)).join("\n"), 12000);
+    adapted.changes.map((c) => shown(c.text)).join("\n"), 12000);
 }
 
 /** true: queue it; false: the user stopped it. */
