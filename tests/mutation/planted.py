@@ -28,6 +28,7 @@ SAGE = ("tests/test_turing_sage.py",)
 SPLICE = ("tests/test_effects.py",)
 LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/test_lowvram*.py")))
 RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
+FORGED = ("tests/test_forged_output.py",)
 HOST = ("tests/test_host_layout.py", "tests/test_run.py", "tests/test_server_routes.py")
 EFFECTS = ("tests/test_effects.py", "tests/test_h3_prompt.py", "tests/test_dialogue_tokens.py")
 TYPES = ("tests/test_host_types.py",)
@@ -176,4 +177,11 @@ MUTANTS: list[Mutant] = [
            "if p.severity == ERROR and p.node_id not in runs", "if p.severity == ERROR and p.node_id in ()", TYPES),
     Mutant("M47", "the host's 100-slot cap dropped for named templates", "checks/node_inputs.py",
            'group["names"][:MAX_SLOTS]', 'group["names"]', TYPES),
+    # ------------------------------------------------------------------ issue 33: output that cannot be forged
+    Mutant("M48", "a line break from outside kept by the one escape", "checks/problem.py",
+           '"\\n": "\\\\n", ', '"\\n": "\\n", ', FORGED),
+    Mutant("M49", "the name rule refusing only C0 controls again (C1, U+2028, bidi overrides pass)", "adapters/files.py",
+           "or unsafe_char(ch)}", "or ord(ch) < 32}", FORGED),
+    Mutant("M50", "a validated file's name printed as it is", "scripts/validate.py",
+           'summary = f"{word} {printable(path)}: ', 'summary = f"{word} {path}: ', FORGED),
 ]
