@@ -384,3 +384,20 @@ def test_the_extensions_escape_matches_the_servers():
     done = run_process(["node", "-e", script], input=json.dumps(SAMPLES), capture_output=True, text=True,
                           timeout=60, check=True)
     assert json.loads(done.stdout) == [printable(text) for text in SAMPLES]
+
+
+@pytest.mark.comfyui
+def test_the_adapter_warning_is_one_escaped_line_in_a_real_comfyui_console(comfyui_server):
+    """Tier (b): the same planted key and node id queued on a real ComfyUI; its console (the server's log file)
+    holds the pack's warning as one line, the escapes visible, nothing of it on a line of its own."""
+    info = comfyui_server.served().get("SaveVideo", {}).get("input", {})
+    if "codec" not in {**info.get("required", {}), **info.get("optional", {})}:
+        pytest.skip("this host's SaveVideo takes no top-level 'codec': nothing for the adapter to move")
+    node_id = "1\nINFO FORGED \x1b]0;owned\x07\x1b[2J"
+    prompt = {node_id: {"class_type": "SaveVideo", "inputs": {
+        "video": ["2", 0], "filename_prefix": "x", "format": "auto", "x\u2028WARN FORGED.codec": "h264"}}}
+    comfyui_server.post("/prompt", {"prompt": prompt, "client_id": "forged"})
+    lines = [line for line in comfyui_server.log().split("\n") if "adapted a queued prompt" in line]
+    assert len(lines) == 1, comfyui_server.log()[-3000:]
+    assert "1\\nINFO FORGED \\x1b]0;owned\\x07\\x1b[2J" in lines[0] and "x\\u2028WARN FORGED.codec" in lines[0]
+    assert_not_forged(lines[0][lines[0].index("H3Kit adapted"):])  # ComfyUI colours its own "[WARNING]" prefix
