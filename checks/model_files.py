@@ -8,7 +8,9 @@ estimate. The weights are gated: H3Kit never downloads them. Pure Python.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 REFINE_PROMPT = "4K, refined, high quality, cinematic detail, clean textures, natural motion."  # field notes §A5
 
@@ -98,6 +100,12 @@ MODEL_FILES: dict[str, ModelFile] = {f.name: f for f in _FILES}
 # ComfyUI folder keys that read more than one models/ subfolder (the first is where a new file goes).
 FOLDER_ALIASES = {"diffusion_models": ("diffusion_models", "unet"), "text_encoders": ("text_encoders", "clip"),
                   "unet_gguf": ("unet", "diffusion_models")}
+# The ComfyUI folder key whose folder list a loader's key reads: ComfyUI's legacy names (folder_paths.map_legacy,
+# also what an extra_model_paths.yaml key means) and ComfyUI-GGUF's keys, which reuse core's lists.
+HOST_FOLDER_KEY = {"unet": "diffusion_models", "clip": "text_encoders", "unet_gguf": "diffusion_models",
+                   "clip_gguf": "text_encoders"}
+MAX_FOLDER_KEYS = 1000  # a host's folder table: 0.33.0 has about 40 keys
+MAX_FOLDERS_PER_KEY = 100
 
 
 def folder_name(folder_key: str) -> str:
@@ -109,19 +117,56 @@ def known_file(name: str) -> ModelFile | None:
     return MODEL_FILES.get(name)
 
 
-def how_to_get(name: str, folder_key: str) -> str:
-    """The fix for a missing model file: where it goes, its size, where it comes from (or the command that
-    makes it) and its licence."""
+def how_to_get(name: str, folder_key: str, into: str | None = None) -> str:
+    """The fix for a missing model file: where it goes (`into`: the folder this ComfyUI puts it in, when known;
+    else models/<folder>), its size, where it comes from (or the command that makes it) and its licence."""
     from .invocation import command  # the make-commands name the CLI as this user runs it
 
-    folder = folder_name(folder_key)
+    folder = into or f"models/{folder_name(folder_key)}"
     entry = known_file(name)
     if entry is None:
-        return (f"put {name} in models/{folder}, then press R in ComfyUI or restart it (it is not one of the "
+        return (f"put {name} in {folder}, then press R in ComfyUI or restart it (it is not one of the "
                 "shipped workflows' files, so H3Kit cannot say where it comes from)")
     if entry.make:
         made = " or ".join(f"`{command(c)}`" for c in entry.make)
         return (f"make it ({entry.size}, {entry.size_source}) in the ComfyUI folder with {made}; it lands in "
-                f"models/{folder}; then press R in ComfyUI or restart it")
-    return (f"put {name} in models/{folder} ({entry.size}, {entry.size_source}), then press R in ComfyUI or restart "
+                f"{folder}; then press R in ComfyUI or restart it")
+    return (f"put {name} in {folder} ({entry.size}, {entry.size_source}), then press R in ComfyUI or restart "
             f"it. Download: {SOURCES[entry.source]}. Licence: {LICENCES[entry.licence]}")
+
+
+def missing_total(names: Iterable[str]) -> str:
+    """'9 files, 67.55 GiB missing' for the model files found missing (each file once; sizes as MODEL_FILES gives
+    them, field reports and marked estimates; files it does not know are counted apart)."""
+    unique = sorted(set(names))
+    sizes = [entry.gib for entry in map(known_file, unique) if entry is not None and entry.gib is not None]
+    unknown = len(unique) - len(sizes)
+    counted = f"{len(unique)} file{'s' if len(unique) != 1 else ''}, {sum(sizes):.2f} GiB missing"
+    return counted + (f" ({unknown} of unknown size not counted)" if unknown else "")
+
+
+FOLDER_TABLE_ROUTES = ("/experiment/models", "/internal/folder_paths")  # newest first
+
+
+def served_folders(table: dict[str, list[str]], key: str) -> list[str]:
+    """A server's folders for a loader's folder key, in its order, except that its folder named as this pack names
+    it (models/<folder_name>) comes first: where a new file goes."""
+    listed = table.get(HOST_FOLDER_KEY.get(key, key), [])
+    named = [f for f in listed if f.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] == folder_name(key)]
+    return list(dict.fromkeys(named + listed))
+
+
+def folder_table(answer: Any) -> dict[str, list[str]] | None:
+    """A running ComfyUI's model folders, {folder key: [folder, ...]} in its search order, from its answer to
+    GET /experiment/models ([{"name", "folders", ...}], ComfyUI >= 0.3.x) or GET /internal/folder_paths
+    ({key: [folders]}); None when the answer is neither (an older host, a proxy's page). Bounded."""
+    pairs: list[tuple[Any, Any]]
+    if isinstance(answer, list):
+        pairs = [(row.get("name"), row.get("folders")) for row in answer if isinstance(row, dict)]
+    elif isinstance(answer, dict):
+        pairs = list(answer.items())
+    else:
+        return None
+    table = {key: [f for f in folders if isinstance(f, str) and f][:MAX_FOLDERS_PER_KEY]
+             for key, folders in pairs[:MAX_FOLDER_KEYS] if isinstance(key, str) and isinstance(folders, list)}
+    return table or None
