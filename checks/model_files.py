@@ -4,6 +4,10 @@
 and README's "What you need" tables are checked against this module (tests/test_model_files.py).
 Sizes are the field reports' (field-notes.md §A7, §D, §F6; article tags as in README) unless marked as an
 estimate. The weights are gated: H3Kit never downloads them. Pure Python.
+
+Which graph needs which file is read from the graphs (workflows/api); what a graph costs to set up (the files it
+loads, plus what its made files need once, NEEDS_ONCE) and whether it can be set up from public files at all
+(NO_PUBLIC_SOURCE) is `setup_of` here, and README's per-graph table is tested against it.
 """
 
 from __future__ import annotations
@@ -17,17 +21,21 @@ REFINE_PROMPT = "4K, refined, high quality, cinematic detail, clean textures, na
 # Where a file comes from, as the field reports name the repositories (Hugging Face names; all gated but E).
 SOURCES = {
     "N": "Hugging Face `coolthor/MiniMax-H3-pruned-NVFP4` (gated; folders in ComfyUI's models/ layout)",
-    "T": "the RTX 2080 Ti build (field report TUR18; its notes are in Hugging Face "
+    "T": "no public source known: the RTX 2080 Ti build (field report TUR18; its notes are in Hugging Face "
          "`coolthor/H3-Super-Acceleration-Turing`, gated; the report does not say which repository holds this file)",
     "L": "Hugging Face `Lightricks/LTX-2.5` (gated) or the NVFP4 build `coolthor/MiniMax-H3-pruned-NVFP4`; the "
          "field report names both for this build",
     "G": "Hugging Face `agosh/LTX-2.5-Comfy-GGUF`",
     "E": "Hugging Face `Comfy-Org/MiniMax-H3` (PR #50, the ten effect embeddings)",
-    "R": "not named by the field reports (the Ref2VA checkpoint of the NVFP4 build; ask where you got the FL2VA file)",
+    "R": "no public source known: the field reports name none (the Ref2VA checkpoint of the NVFP4 build; ask where "
+         "you got the FL2VA file)",
     "made": "made by you with an H3Kit command",
 }
+# Sources whose download location nobody published: a graph needing such a file cannot be set up from public files.
+NO_PUBLIC_SOURCE = frozenset({"T", "R"})
 LICENCES = {
-    "H3": "MiniMax-H3 community licence: gated, excludes the EU, UK, South Korea and the USA (field notes §A7)",
+    "H3": "MiniMax-H3 community licence: gated, excludes the EU, UK, South Korea and the USA (as the field reports "
+          "give it)",
     "LTX": "LTX-2.5 licence (Lightricks, gated, separate from H3's)",
     "yours": "yours (made from the files above; their licences apply)",
 }
@@ -42,6 +50,7 @@ class ModelFile:
     source: str  # key of SOURCES
     licence: str  # key of LICENCES
     make: tuple[str, ...] = ()  # the H3Kit commands that make it (source "made"), without the command prefix
+    needs: tuple[str, ...] = ()  # the files its first make-command reads once (they need not stay)
 
     @property
     def gib(self) -> float | None:
@@ -83,18 +92,41 @@ _FILES = [
     ModelFile("ltx-2.5-video-vae-conv-fp16.safetensors", "vae", "1.35 GiB",
               "same size as the bf16 file it is made from", "made", "yours",
               ("convert bf16-to-fp16 models/vae/ltx-2.5-video-vae-conv-bf16.safetensors "
-               "models/vae/ltx-2.5-video-vae-conv-fp16.safetensors",)),
+               "models/vae/ltx-2.5-video-vae-conv-fp16.safetensors",), ("ltx-2.5-video-vae-conv-bf16.safetensors",)),
     ModelFile("ltx-2.5-latent-spatial-upscaler-x2-fp16-1.0.safetensors", "latent_upscale_models", "0.93 GiB",
               "same size as the bf16 file it is made from", "made", "yours",
               ("convert bf16-to-fp16 models/latent_upscale_models/ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0.safetensors "
-               "models/latent_upscale_models/ltx-2.5-latent-spatial-upscaler-x2-fp16-1.0.safetensors",)),
+               "models/latent_upscale_models/ltx-2.5-latent-spatial-upscaler-x2-fp16-1.0.safetensors",),
+              ("ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0.safetensors",)),
     ModelFile("ltx_generic_refine.safetensors", "conditioning_cache", "~5 MiB",
               "estimate: one encoded prompt", "made", "yours",
               (f"cond build --server URL --clip gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors --type ltxv "
                f"--name ltx_generic_refine --text \"{REFINE_PROMPT}\"",
-               "cond import ltx_generic_refine.cond ltx_generic_refine --dir models/conditioning_cache")),
+               "cond import ltx_generic_refine.cond ltx_generic_refine --dir models/conditioning_cache"),
+              ("gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",)),
 ]
 MODEL_FILES: dict[str, ModelFile] = {f.name: f for f in _FILES}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What setting up one graph takes: `loads` the files it names, `once` the files its made files need once
+    (not among `loads`), `download` the GiB to download (every file of both that is not made), `unpublished` the
+    files with no public source (the graph cannot be set up from public files while this is not empty)."""
+
+    loads: tuple[str, ...]
+    once: tuple[str, ...]
+    download_gib: float
+    unpublished: tuple[str, ...]
+
+
+def setup_of(names: Iterable[str]) -> Setup:
+    """The Setup of a graph that names these model files (each a MODEL_FILES name)."""
+    loads = tuple(dict.fromkeys(names))
+    once = tuple(dict.fromkeys(n for name in loads for n in MODEL_FILES[name].needs if n not in loads))
+    files = [MODEL_FILES[n] for n in (*loads, *once)]
+    return Setup(loads, once, sum(f.gib or 0.0 for f in files if f.source != "made"),
+                 tuple(f.name for f in files if f.source in NO_PUBLIC_SOURCE))
 
 
 # ComfyUI folder keys that read more than one models/ subfolder (the first is where a new file goes).
