@@ -40,7 +40,6 @@ from . import bounded_json
 from .files import open_regular, os_reason
 
 MAX_CONFIG_BYTES = 2**20  # an extra_model_paths.yaml or Desktop's config.json; real ones are < 10 kB
-MAX_TABLE_BYTES = 4 * 2**20  # a server's folder table (0.33.0: about 8 kB)
 EXTRA_PATHS_FILE = "extra_model_paths.yaml"  # what ComfyUI reads next to its main.py
 DESKTOP_CONFIG = "config.json"
 DESKTOP_EXTRA_PATHS = "extra_models_config.yaml"

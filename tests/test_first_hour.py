@@ -186,6 +186,30 @@ def test_an_unreadable_model_paths_config_is_a_warning_not_a_silent_skip(tmp_pat
     assert "extra_model_paths.yaml is not valid YAML" in notes[0].detail
 
 
+@pytest.mark.parametrize("case", ["too big", "fifo", "not a mapping", "alias bomb", "not utf-8"])
+def test_a_hostile_model_paths_config_is_named_and_bounded(tmp_path, case):
+    from h3kit.adapters.model_layout import MAX_CONFIG_BYTES, find_layout
+
+    comfy = _comfyui_checkout(tmp_path / "ComfyUI")
+    config = comfy / "extra_model_paths.yaml"
+    if case == "fifo":
+        os.mkfifo(config)  # opening it without a writer must not hang doctor
+    else:
+        config.write_bytes({
+            "too big": b"a:\n  vae: " + b"x" * MAX_CONFIG_BYTES + b"\n",
+            "not a mapping": b"- just\n- a list\n",
+            "alias bomb": b"a: &a [x, x, x, x, x, x, x, x, x]\n" + b"".join(
+                b"%c: &%c [*%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c]\n" % ((98 + i, 98 + i) + (97 + i,) * 9)
+                for i in range(8)) + b"s:\n  vae: *i\n",
+            "not utf-8": b"a:\n  vae: \xff\xfe\n"}[case])
+    layout, notes = find_layout({"HOME": str(tmp_path / "home")}, cwd=comfy, argv0="-c", platform="linux")
+    assert layout is not None and layout.folders("vae") == (comfy / "models" / "vae",)  # the defaults still apply
+    if case == "alias bomb":  # a list where a folder line belongs is skipped, as ComfyUI cannot read it either
+        assert notes == []
+    else:
+        assert [n.status for n in notes] == ["WARN"] and str(config) in notes[0].detail
+
+
 @pytest.mark.parametrize("platform", ["linux", "darwin", "win32"])
 def test_comfyui_desktop_base_path_and_its_model_config_are_found(tmp_path, platform):
     from h3kit.adapters.model_layout import find_layout
@@ -295,3 +319,29 @@ def test_attention_tests_skip_without_comfy_kitchen():
     result = run_process([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=PACK_ROOT)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "4 skipped" in result.stdout and "needs comfy-kitchen's rms_rope_split_half_" in result.stdout
+
+
+# --- tier (b): the real host's base directory, found offline and asked with --server ----------------------------
+
+@pytest.mark.comfyui
+def test_doctor_finds_the_real_hosts_model_folders_offline_and_from_the_server(comfyui_server, tmp_path):
+    """The host runs with --base-directory BASE and the pack linked into BASE/custom_nodes (tests/comfyui_host.py):
+    doctor run as a user runs it there lists every missing file in BASE/models, and with --server names the
+    folder the server itself reports."""
+    from comfyui_host import PACK_LINK_NAME
+
+    base = comfyui_server.base_dir
+    clone = base / "custom_nodes" / PACK_LINK_NAME
+    env = _clean_env(tmp_path / "home")
+    offline = run_process([sys.executable, str(clone), "doctor", "--no-local", "--workflow", str(TWO_STAGE)],
+                          capture_output=True, text=True, timeout=120, cwd=base, env=env)
+    assert offline.returncode == 1, offline.stdout + offline.stderr
+    assert f"in {base / 'models' / 'diffusion_models'} (11.67 GiB" in offline.stderr
+    assert offline.stdout.rstrip().endswith(TWO_STAGE_TOTAL)
+    served = run_process([sys.executable, str(clone), "doctor", "--no-local", "--workflow", str(TWO_STAGE), "--server",
+                          comfyui_server.url], capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    assert served.returncode == 1, served.stdout + served.stderr
+    assert served.stderr.count("FAIL  model files") == 9
+    assert f"put minimax_h3_fl2va_pruned_nvfp4.safetensors in {base.resolve() / 'models' / 'diffusion_models'}" in \
+        served.stderr.replace(str(base), str(base.resolve()))
+    assert served.stdout.rstrip().endswith(TWO_STAGE_TOTAL)
