@@ -1,6 +1,7 @@
 """The model files a graph names, on this machine: where each is and what it holds, for the file rules
-(checks/rules_files.py ModelFiles). Two places to look: a ComfyUI models/ folder (`doctor`, outside ComfyUI) and
-the running ComfyUI's folder_paths (H3KitPreflight, the editor's preflight). Names never escape their folder."""
+(checks/rules_files.py ModelFiles). Two places to look: a ComfyUI's model folders found from outside it (`doctor`:
+adapters/model_layout.py) and the running ComfyUI's folder_paths (H3KitPreflight, the editor's preflight). Names
+never escape their folder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ..checks.model_files import FOLDER_ALIASES
 from ..checks.rules_files import ModelFiles
 from .files import regular_file_problem, sniff_file
 from .host import host_loaded, host_module
+from .model_layout import ModelLayout
 from .safetensors_file import read_header
 
 
@@ -21,14 +23,19 @@ def safetensors_json(path: Path) -> dict[str, Any]:
 
 def folder_files(models_dir: Path) -> ModelFiles:
     """The model files under a ComfyUI models/ folder."""
-    root = Path(models_dir)
+    return layout_files(ModelLayout(str(models_dir), Path(models_dir)), describe=False)
+
+
+def layout_files(layout: ModelLayout, describe: bool = True) -> ModelFiles:
+    """The model files in a ComfyUI's model folders (adapters/model_layout.py). `describe`: messages name the
+    folders searched and where a new file goes (else models/<folder>)."""
 
     def locate(folder: str, name: str) -> Path | None:
         if not name.isprintable():  # NUL or control characters: no file has that name (the validator says so)
             return None
-        for sub in FOLDER_ALIASES.get(folder, (folder,)):
+        for base in layout.folders(folder):
             try:
-                base = (root / sub).resolve()
+                base = base.resolve()
                 candidate = (base / name).resolve()
                 if base in candidate.parents and regular_file_problem(candidate) is None:
                     return candidate
@@ -36,7 +43,7 @@ def folder_files(models_dir: Path) -> ModelFiles:
                 continue  # after), a name too long for the file system: no file either
         return None
 
-    return ModelFiles(locate, safetensors_json, sniff_file)
+    return ModelFiles(locate, safetensors_json, sniff_file, layout.folders if describe else None)
 
 
 def host_files() -> ModelFiles | None:

@@ -34,6 +34,11 @@ def dist_version(*names: str) -> str | None:
     return None
 
 
+def missing_packages(packages: Sequence[str]) -> list[str]:
+    """The packages of `packages` that are not installed here (looked up, never imported)."""
+    return [name for name in packages if importlib.util.find_spec(name) is None]
+
+
 def kitchen_version() -> str | None:
     """The comfy-kitchen installed in this Python (inside ComfyUI: the host's own)."""
     return dist_version("comfy-kitchen", "comfy_kitchen", "comfy-kitchen-no-cuda")

@@ -9,6 +9,7 @@ host-api.md (§1, §4 the H3 text width).
 from __future__ import annotations
 
 import math
+import sys
 from re import compile as regex
 
 # ------------------------------------------------------------------------------------------ frame grids
@@ -125,6 +126,13 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 def version_text(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
+
+
+def pack_version() -> str:
+    """The pack's own version (its root __init__'s __version__), under whatever name ComfyUI imported it. Reading
+    it imports nothing: the command line asks for it without loading the nodes."""
+    package = sys.modules.get(__package__.rpartition(".")[0])
+    return getattr(package, "__version__", "unknown")
 
 
 # ------------------------------------------------------------------------------------ workflow graphs

@@ -77,11 +77,14 @@ class ModelFiles:
 
     locate(folder, name): the file's path, None when it is not on this machine; header(path): its safetensors
     header as JSON, raising OSError or ValueError (the reader's SafetensorsHeaderError) when it cannot be read;
-    kind(path): what the file's first bytes say it is, None when it cannot be read."""
+    kind(path): what the file's first bytes say it is, None when it cannot be read; folders(folder): the folders
+    searched for that folder key, in the host's order, the first where a new file goes (None: not known here, the
+    messages then say models/<folder>)."""
 
     locate: Callable[[str, str], Path | None]
     header: Callable[[Path], dict[str, Any]]
     kind: Callable[[Path], FileKind | None]
+    folders: Callable[[str], tuple[Path, ...]] | None = None
 
 
 def header_problems(nid: str, ct: str, name: str, folder: str, path: Path, files: ModelFiles) -> list[Problem]:

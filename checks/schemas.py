@@ -21,6 +21,9 @@ PACK_ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS_DIR = PACK_ROOT / "workflows"
 API_WORKFLOWS_DIR = WORKFLOWS_DIR / "api"
 CORE_SCHEMA_FILE = WORKFLOWS_DIR / "schemas" / "comfyui-core.json"
+# H3Kit's own schemas, generated from its node classes (scripts/schemas.py `own`; tests/test_first_hour.py keeps it
+# equal to the code): the command line validates against it without importing the nodes, so without torch.
+OWN_SCHEMA_FILE = WORKFLOWS_DIR / "schemas" / "h3kit-nodes.json"
 H3KIT_PACK = "H3Kit (this pack)"
 SPELLING_CUTOFF = 0.85  # difflib ratio for "did you mean": one or two letters off in a node id
 UNREADABLE = "h3kit_unreadable"  # marks a server's schema entry that is not in /object_info's shape: why
@@ -180,8 +183,25 @@ def pinned_host() -> str:
 
 def offline_schemas(pack_classes: Mapping[str, type]) -> dict[str, dict[str, Any]]:
     """Pinned core schemas overlaid with H3Kit's own (ours win: they are read from the code)."""
-    own = {node_id: class_info(node_id, cls) for node_id, cls in pack_classes.items()}
+    return offline_schemas_of({node_id: class_info(node_id, cls) for node_id, cls in pack_classes.items()})
+
+
+def offline_schemas_of(own: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Pinned core schemas overlaid with H3Kit entries already in /object_info's shape (ours win)."""
     return PinnedSchemas({**core_document()["nodes"], **own})
+
+
+def own_schema_document(classes: Iterable[type]) -> dict[str, Any]:
+    """OWN_SCHEMA_FILE's content for these node classes (every one, the optional ones off here included): each
+    node's /object_info entry, and the packages an optional node needs (its REQUIRES)."""
+    ordered = sorted(classes, key=lambda cls: cls.__name__)
+    return {"nodes": {cls.__name__: class_info(cls.__name__, cls) for cls in ordered},
+            "requires": {cls.__name__: list(cls.REQUIRES) for cls in ordered if getattr(cls, "REQUIRES", ())}}
+
+
+@lru_cache(maxsize=1)
+def own_document() -> dict[str, Any]:
+    return json.loads(OWN_SCHEMA_FILE.read_text(encoding="utf-8"))
 
 
 def providing_pack(class_type: str, disabled: Mapping[str, Sequence[str]] | None = None,

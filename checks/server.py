@@ -19,7 +19,7 @@ from .facts import (
     version_text,
 )
 from .graph import nodes_of, upstream_of_inputs, well_formed
-from .model_files import folder_name, how_to_get
+from .model_files import FOLDER_TABLE_ROUTES, folder_name, folder_table, how_to_get, served_folders
 from .problem import FAIL, PASS, WARN, Check
 from .rules_files import model_inputs
 from .rules_lints import SAMPLER_NODES, is_refine, sigmas_of
@@ -172,18 +172,26 @@ def server_model_list(server_schemas: dict, fetch: Callable[[str], Any], ct: str
     return [str(x) for x in listed] if isinstance(listed, list) else None
 
 
+def server_folder_table(fetch: Callable[[str], Any]) -> dict[str, list[str]]:
+    """The server's model folders by key ({} when it serves no folder table)."""
+    return next((table for route in FOLDER_TABLE_ROUTES if (table := folder_table(fetch(route)))), {})
+
+
 def model_file_checks(graph: dict, server_schemas: dict, fetch: Callable[[str], Any]) -> list[Check]:
     checks = []
+    table: dict[str, list[str]] | None = None  # the server's folders: asked once, when a file is missing
     for nid, ct, name, folder, filename in model_inputs(graph, server_schemas):
         files = server_model_list(server_schemas, fetch, ct, name, folder)
         if files is None:
             checks.append(Check(WARN, "model files", f"cannot list the server's '{folder}' folder to find '{filename}'",
                                 f"check that models/{folder_name(folder)}/{filename} exists on the server"))
         elif filename not in files:
+            table = server_folder_table(fetch) if table is None else table
+            into = next(iter(served_folders(table, folder)), None)
             listed = f"it has {len(files)} there: {', '.join(files)}" if files else "that folder is empty"
             checks.append(Check(FAIL, "model files", f"node {nid} ({ct}) {name} = '{filename}' is not in the "
-                                f"server's models/{folder_name(folder)} ({listed})", how_to_get(filename, folder),
-                                node_id=nid, input=name))
+                                f"server's models/{folder_name(folder)} ({listed})",
+                                how_to_get(filename, folder, into), node_id=nid, input=name))
     if not checks:
         checks.append(Check(PASS, "model files", "every model file the workflow names is on the server"))
     return checks

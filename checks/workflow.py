@@ -5,10 +5,8 @@ and model files the host lacks."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from .environment import find_comfyui
 from .graph import executed_nodes, is_link, well_formed
 from .model_files import folder_name, how_to_get
 from .problem import FAIL, INFO, PASS, WARN, Check, problem_check
@@ -17,12 +15,6 @@ from .schemas import providing_pack
 from .server import Disabled, missing_node_checks
 from .validator import PackLookup, declared_inputs, looks_like_ui_format, supersede
 from .verdict import Verdict, judge
-
-
-def default_models_dir(env: dict[str, str] | None = None, cwd: Path | None = None) -> Path | None:
-    """models/ of the ComfyUI found the way doctor finds the install (checks/environment.find_comfyui)."""
-    folder = find_comfyui(env, cwd)
-    return folder / "models" if folder is not None else None
 
 
 def workflow_checks(graph: Any, schemas: dict, files: ModelFiles | None,
@@ -62,13 +54,15 @@ def missing_file_checks(graph: dict, schemas: dict, files: ModelFiles, where: st
     for nid, ct, name, folder, filename in model_inputs(graph, schemas):
         if files.locate(folder, filename) is not None:
             continue
-        detail = f"node {nid} ({ct}) {name} = '{filename}' is not in {where}/{folder_name(folder)}"
+        searched = files.folders(folder) if files.folders is not None else ()
+        place = " or ".join(map(str, searched)) if searched else f"{where}/{folder_name(folder)}"
+        fix = how_to_get(filename, folder, str(searched[0]) if searched else None)
+        detail = f"node {nid} ({ct}) {name} = '{filename}' is not in {place}"
         if nid in runs:
-            checks.append(Check(FAIL, "model files", detail, how_to_get(filename, folder), node_id=nid, input=name))
+            checks.append(Check(FAIL, "model files", detail, fix, node_id=nid, input=name))
         else:
             checks.append(Check(WARN, "model files", f"{detail}; the graph runs without it (node {nid} leads to no "
-                                "output, so ComfyUI never runs it)",
-                                f"remove node {nid}, or connect it and {how_to_get(filename, folder)}",
+                                "output, so ComfyUI never runs it)", f"remove node {nid}, or connect it and {fix}",
                                 node_id=nid, input=name))
     return checks
 

@@ -8,12 +8,11 @@ package is missing is left out quietly: one INFO line in ComfyUI's startup log (
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from importlib import import_module
 
 from ..adapters.host import guard_input_types
 from ..adapters.log import LOG
+from ..checks.environment import missing_packages
 from ..checks.schemas import providing_pack
 
 # One entry per capability module in this folder; add yours here.
@@ -24,10 +23,6 @@ NODE_MODULES: tuple[str, ...] = (
 IMPORT_FAILURES: dict[str, str] = {}
 DISABLED_NODES: dict[str, list[str]] = {}  # package -> node ids left out because it is not installed
 OPTIONAL_NOTES: list[str] = []  # one line per optional node that is off, with what makes it work
-
-
-def _missing_packages(node_cls: type) -> list[str]:
-    return [pkg for pkg in getattr(node_cls, "REQUIRES", ()) if importlib.util.find_spec(pkg) is None]
 
 
 def optional_note(node_cls: type, missing: list[str]) -> str:
@@ -48,7 +43,7 @@ def collect_nodes() -> dict[str, type]:
             LOG.error("H3Kit: module nodes/%s.py failed to import; its nodes are unavailable", name, exc_info=True)
             continue
         for node_cls in module.NODES:
-            missing = _missing_packages(node_cls)
+            missing = missing_packages(getattr(node_cls, "REQUIRES", ()))
             if not missing:
                 nodes[node_cls.__name__] = guard_input_types(node_cls)  # a host quirk never hides the node
                 continue
@@ -64,6 +59,12 @@ NODE_CLASS_MAPPINGS: dict[str, type] = collect_nodes()
 NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {
     node_id: getattr(cls, "DISPLAY_NAME", node_id) for node_id, cls in NODE_CLASS_MAPPINGS.items()
 }
+
+
+def every_node_class() -> list[type]:
+    """Every node class of the capability modules, the optional ones off here included (the pinned own schemas:
+    scripts/schemas.py)."""
+    return [cls for name in NODE_MODULES for cls in import_module(f".{name}", __name__).NODES]
 
 
 def pack_of(class_type: str) -> str | None:

@@ -9,7 +9,6 @@ unpickled, names cannot leave the folder, and writes are atomic and never replac
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from ..adapters.host import (
     model_folder,
 )
 from ..adapters.log import LOG, log_once
+from ..checks.facts import pack_version
 from ..checks.invocation import command
 from .common import H3KitInputError, Report, category
 from .cond_cache_format import (
@@ -62,11 +62,6 @@ def available_names() -> list[str]:
     except CacheError as exc:
         log_once(f"cache-list:{exc.problem}", f"{LOAD_ID}: {exc}")
         return []
-
-
-def pack_version() -> str:
-    package = sys.modules.get(__package__.rpartition(".")[0])
-    return getattr(package, "__version__", "unknown")
 
 
 def _input_error(node: str, exc: CacheError, inputs: dict[str, Any]) -> H3KitInputError:

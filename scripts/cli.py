@@ -13,10 +13,9 @@ from importlib import import_module
 
 from ..adapters.crash_log import unexpected_error
 from ..adapters.log import one_line_records
-from ..checks.facts import EXIT_FAILED, EXIT_INTERRUPTED
+from ..checks.facts import EXIT_FAILED, EXIT_INTERRUPTED, pack_version
 from ..checks.invocation import cli_command
 from ..checks.problem import printable
-from ..nodes.conditioning_cache import pack_version
 
 # command -> (module in scripts/, one-line help). Each module has add_arguments(parser), run(args) -> int and
 # EXIT_STATUSES {code: what it means for this command}.

@@ -36,7 +36,15 @@ from ..adapters.files import sniff_file
 from ..adapters.server_probe import read_schemas, server_version_check
 from ..adapters.workflow_file import load_graph_file
 from ..checks.expect import expected_video
-from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, worst_exit
+from ..checks.facts import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    pack_version,
+    worst_exit,
+)
 from ..checks.graph_edit import (
     GraphEditError,
     apply_seed,
@@ -51,7 +59,6 @@ from ..checks.graph_edit import (
 from ..checks.problem import FAIL, PASS, WARN, Check, printable
 from ..checks.reports import report_checks
 from ..checks.verdict import REFUSED, judge
-from ..nodes.conditioning_cache import pack_version
 from . import console
 from . import schemas as schema_src
 

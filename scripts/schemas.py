@@ -1,7 +1,12 @@
 """Schemas for the CLI: the pinned core file + this pack's own node classes (checks/schemas.py does the
 work; this module only supplies the pack's registry, which checks/ never imports).
 
-It also regenerates the pinned file from real hosts (a developer's tool, run by hand):
+It also regenerates the pinned files (a developer's tool, run by hand). H3Kit's own schemas, after a node's inputs
+change (tests/test_first_hour.py says when):
+
+    python -m h3kit.scripts.schemas own
+
+The core schemas, from real hosts:
 
     python -m h3kit.scripts.schemas pin --host URL BASE_DIR LABEL VERSION [--host ...] [--out FILE]
 
@@ -28,34 +33,44 @@ from typing import Any
 from ..adapters.comfy_client import ComfyClient
 from ..adapters.files import write_new, write_text
 from ..checks import schemas as core
+from ..checks.environment import missing_packages
 from ..checks.facts import parse_version
 from ..checks.node_inputs import map_nested_sections
 from ..checks.schemas import API_WORKFLOWS_DIR, H3KIT_PACK, WORKFLOWS_DIR  # noqa: F401 - the CLI's paths
 
+# The command line reads H3Kit's own schemas from the pinned file (checks/schemas.py OWN_SCHEMA_FILE), never from
+# the node classes: importing those imports torch, which --help, validate and doctor do not need.
 
 def offline_schemas() -> dict[str, dict[str, Any]]:
-    from ..nodes import NODE_CLASS_MAPPINGS
-
-    return core.offline_schemas(NODE_CLASS_MAPPINGS)
+    """The pinned core schemas and those of the H3Kit nodes usable here."""
+    off = {node_id for ids in disabled_nodes().values() for node_id in ids}
+    return core.offline_schemas_of({node_id: entry for node_id, entry in core.own_document()["nodes"].items()
+                                    if node_id not in off})
 
 
 def own_node_ids() -> set[str]:
     """Every H3Kit node id, including the optional ones left out on this machine."""
-    from ..nodes import DISABLED_NODES, NODE_CLASS_MAPPINGS
-
-    return set(NODE_CLASS_MAPPINGS) | {node_id for ids in DISABLED_NODES.values() for node_id in ids}
+    return set(core.own_document()["nodes"])
 
 
 def providing_pack(class_type: str) -> str | None:
-    from ..nodes import DISABLED_NODES
-
-    return core.providing_pack(class_type, DISABLED_NODES, own_node_ids())
+    return core.providing_pack(class_type, disabled_nodes(), own_node_ids())
 
 
 def disabled_nodes() -> dict[str, list[str]]:
-    from ..nodes import DISABLED_NODES
+    """{package: the H3Kit node ids that are off because it is not installed here}, as nodes/ computes it."""
+    disabled: dict[str, list[str]] = {}
+    for node_id, packages in core.own_document()["requires"].items():
+        for package in missing_packages(packages):
+            disabled.setdefault(package, []).append(node_id)
+    return disabled
 
-    return DISABLED_NODES
+
+def own_schema_text() -> str:
+    """The pinned own-schema file as the node classes give it today."""
+    from ..nodes import every_node_class
+
+    return json.dumps(core.own_schema_document(every_node_class()), indent=1, ensure_ascii=False) + "\n"
 
 
 # --- pinning the core schemas from real hosts -------------------------------------------------------------------
@@ -217,7 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     pin = sub.add_parser("pin", help="regenerate the pinned core schemas from running hosts")
     pin.add_argument("--host", nargs=4, action="append", required=True, metavar=("URL", "BASE_DIR", "LABEL", "VERSION"))
     pin.add_argument("--out", type=Path, default=core.CORE_SCHEMA_FILE)
+    sub.add_parser("own", help=f"regenerate {core.OWN_SCHEMA_FILE.name} from H3Kit's node classes")
     args = parser.parse_args(argv)
+    if args.command == "own":
+        text = own_schema_text()
+        write_text(core.OWN_SCHEMA_FILE, text, overwrite=True)
+        print(f"wrote {core.OWN_SCHEMA_FILE}: {len(core.own_document.__wrapped__()['nodes'])} H3Kit nodes")
+        return 0
     hosts = []
     for url, base, label, release in args.host:
         reported, info = read_host(url, Path(base))

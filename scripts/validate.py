@@ -62,21 +62,29 @@ def run(args: argparse.Namespace) -> int:
     if not args.server:
         return worst_exit([EXIT_INVALID if failed else EXIT_OK,
                            *(report(path, schema_src.offline_schemas(), None) for path in paths)])
+    said: set[str] = set()  # the F01 line is the same for most files: printed once, under the first
+
+    def host_check(graph: dict | None) -> Check | None:
+        check = server_version_check(client, graph, schemas)
+        if check.line() in said:
+            return None
+        said.add(check.line())
+        return check
+
     try:
         with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
             schemas = read_schemas(client)
             return worst_exit([EXIT_INVALID if failed else EXIT_OK,
-                               *(report(path, schemas, lambda graph: server_version_check(client, graph, schemas))
-                                 for path in paths)])
+                               *(report(path, schemas, host_check) for path in paths)])
     except ComfyError as exc:
         console.problem(f"ERROR: {printable(exc)}")
         return exc.exit_code
 
 
-def report(path: Path, schemas: dict, host_check: Callable[[dict | None], Check] | None) -> int:
+def report(path: Path, schemas: dict, host_check: Callable[[dict | None], Check | None] | None) -> int:
     """Print one file's verdict (checks.verdict.judge: OK, ADAPTED or FAIL, as doctor, run and the editor give it),
     an INFO line per input moved to this host's layout, each problem, and, against a server, the F01 line of
-    checks.server's one rule."""
+    checks.server's one rule (None: the same line was printed for an earlier file)."""
     graph, unreadable = load_graph_file(path)
     verdict = None if unreadable else judge(graph, schemas, schema_src.providing_pack, schema_src.own_node_ids())
     problems = [unreadable] if verdict is None else verdict.problems
@@ -93,5 +101,7 @@ def report(path: Path, schemas: dict, host_check: Callable[[dict | None], Check]
     for p in problems:
         console.problem(f"  {p}")
     if host_check is not None and verdict is not None and isinstance(graph, dict) and not looks_like_ui_format(graph):
-        console.check(host_check(verdict.graph), "  ")
+        line = host_check(verdict.graph)
+        if line is not None:
+            console.check(line, "  ")
     return EXIT_INVALID if errors else EXIT_OK

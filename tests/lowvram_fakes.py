@@ -30,6 +30,7 @@ import contextlib
 import sys
 import types
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -39,6 +40,13 @@ try:
     from comfy_kitchen.tensor import QuantizedTensor
 except ImportError:  # the 0.3.64 host has no comfy-kitchen; its LTX stand-in needs none
     ck, QuantizedTensor = None, ()
+
+# The fake H3 block ropes q and k with comfy-kitchen's fused kernel, as the host's block does: a test that runs it
+# skips without that kernel (no `oracle` extra, or a kitchen too old to have it), with this reason.
+needs_kitchen_rope = pytest.mark.skipif(
+    getattr(ck, "rms_rope_split_half_", None) is None,
+    reason="needs comfy-kitchen's rms_rope_split_half_ (the fake H3 block's rope, as the host's): not installed "
+           "here; pip install -e '.[test,oracle]'")
 
 # ---------------------------------------------------------------------------- attention function
 

@@ -147,7 +147,7 @@ def test_missing_combo_option_of_a_core_node_says_update_comfyui():
         "put qwen3vl_32b_heretic_minimax_h3_nvfp4.safetensors in models/text_encoders (14.61 GiB, field report R1), "
         "then press R in ComfyUI or restart it. Download: Hugging Face `coolthor/MiniMax-H3-pruned-NVFP4` (gated; "
         "folders in ComfyUI's models/ layout). Licence: MiniMax-H3 community licence: gated, excludes the EU, UK, "
-        "South Korea and the USA (field notes §A7)")
+        "South Korea and the USA (as the field reports give it)")
 
 
 def test_missing_model_file_on_an_empty_server_folder_says_where_to_put_it():

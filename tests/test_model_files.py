@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from h3kit.checks.model_files import LICENCES, MODEL_FILES, SOURCES, folder_name
+from h3kit.checks.model_files import LICENCES, MODEL_FILES, NO_PUBLIC_SOURCE, SOURCES, folder_name, setup_of
 from h3kit.checks.rules_files import model_inputs
 from h3kit.scripts import schemas as schema_src
 from h3kit.scripts.cli import main
@@ -39,9 +39,11 @@ def readme_file_rows() -> dict[int, tuple[str, str, str]]:
     return {int(n): (name, folder, size) for n, name, folder, size in rows}
 
 
-def readme_graph_rows() -> dict[str, tuple[str, str, str]]:
-    rows = re.findall(r"^\| `(h3[\w]+)` \| ([^|]+) \| ([\d ]+|none) \| ([\d.]+ GiB|0) \| ([^|]+) \|$", README, flags=re.M)
-    return {name: (files, total, host) for name, _, files, total, host in rows}
+def readme_graph_rows() -> dict[str, tuple[str, str, str, str]]:
+    """{graph: (files it loads, files needed once, download cell, host cell)}."""
+    rows = re.findall(r"^\| `(h3[\w]+)` \| ([^|]+) \| ([\d ]+|none)(?:, once ([\d ]+))? \| ([^|]+) \| ([^|]+) \|$",
+                      README, flags=re.M)
+    return {name: (files, once, download, host) for name, _, files, once, download, host in rows}
 
 
 def test_every_catalogued_file_is_in_the_readme_with_its_folder_and_size():
@@ -57,19 +59,67 @@ def test_every_catalogued_file_is_in_the_readme_with_its_folder_and_size():
             assert "estimate" in size, name
 
 
+NO_SOURCE = "no public source known for {files} — the graph cannot be set up from public files"
+
+
 def test_every_shipped_graph_has_a_row_listing_exactly_its_files_and_their_total():
+    """One source: the graphs name the files, checks/model_files.setup_of says what setting each up takes (the
+    files made from others need those once, they count in the download; a file without a public source makes the
+    graph impossible to set up from public files). The README row must say exactly that."""
     numbers = {name: n for n, (name, _, _) in readme_file_rows().items()}
     rows = readme_graph_rows()
     assert sorted(rows) == sorted(p.stem for p in GRAPHS)  # all 9 shipped graphs, no other
     for path in GRAPHS:
-        files, total, host = rows[path.stem]
+        files, once, download, host = rows[path.stem]
         needed = graph_files(path)
+        setup = setup_of(name for name, _ in needed)
         listed = [] if files == "none" else [int(n) for n in files.split()]
-        assert sorted(listed) == sorted(numbers[name] for name, _ in needed), path.stem
-        gib = sum(MODEL_FILES[name].gib for name, _ in needed)
-        assert total == ("0" if not needed else f"{gib:.2f} GiB"), path.stem
+        assert sorted(listed) == sorted(numbers[name] for name in setup.loads), path.stem
+        assert sorted(int(n) for n in once.split()) == sorted(numbers[name] for name in setup.once), path.stem
+        total = "0" if not needed else f"{setup.download_gib:.2f} GiB"
+        unpublished = " ".join(str(numbers[name]) for name in setup.unpublished)
+        assert download == (f"{total}; **{NO_SOURCE.format(files=', '.join(unpublished.split()))}**"
+                            if unpublished else total), path.stem
         needs_gguf = any(folder == "unet_gguf" for _, folder in needed)
         assert ("ComfyUI-GGUF" in host) == needs_gguf, path.stem
+
+
+def test_the_readme_names_four_graphs_that_cannot_be_set_up_from_public_files():
+    """Files 2, 3 and 5 have no published download location (sources T and R)."""
+    unpublished = {n for n, (name, _, _) in readme_file_rows().items() if MODEL_FILES[name].source in NO_PUBLIC_SOURCE}
+    assert unpublished == {2, 3, 5}
+    marked = {g for g, (_, _, download, _) in readme_graph_rows().items() if "cannot be set up" in download}
+    assert marked == {"h3_ltx_two_stage_turing", "h3_ltx_two_stage_544", "h3_ref2va_two_characters",
+                      "h3_ref2va_two_stage"}
+
+
+def test_the_one_time_files_count_in_the_download():
+    """cond build reads file 12 once, convert reads 13 and 14 once: the cached-cond graph downloads what the plain
+    two-stage graph does."""
+    setup = setup_of(name for name, _ in graph_files(API / "h3_ltx_two_stage_cached_cond.json"))
+    assert setup.once == ("gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",)
+    assert f"{setup.download_gib:.2f}" == "67.55"
+    turing = setup_of(name for name, _ in graph_files(API / "h3_ltx_two_stage_turing.json"))
+    assert f"{turing.download_gib:.2f}" == "67.94" and len(turing.once) == 3
+
+
+def test_the_source_and_licence_keys_are_a_table_with_the_licences_excluded_regions():
+    keys = dict(re.findall(r"^\| (\w+) \| (.+) \|$", README.split("| key | source or licence |", 1)[1], flags=re.M))
+    for key in SOURCES:
+        if key != "made":
+            assert key in keys, key
+            assert ("no public source known" in keys[key]) == (key in NO_PUBLIC_SOURCE), key
+    assert "excludes the EU, the UK, South Korea and the USA" in keys["H3"]
+    for key in ("H3", "LTX"):
+        assert key in LICENCES and "gated" in keys[key]
+
+
+def test_every_field_report_tag_in_the_readme_is_explained_once():
+    explained = README.split("**Where the numbers come from.**", 1)[1].split("\n\n", 1)[0]
+    ranges = {f"R{n}" for a, b in re.findall(r"\bR(\d)\*{0,2}-\*{0,2}R(\d)\b", explained) for n in range(int(a), int(b) + 1)}
+    tags = set(re.findall(r"\b(R\d|SPK\d+|TUR\d+)\b", README))
+    assert tags and tags <= set(re.findall(r"\b(R\d|SPK\d+|TUR\d+)\b", explained)) | ranges, tags
+    assert '"field notes §A7", "§C1" and the like' in explained and README.count("**Where the numbers come from.**") == 1
 
 
 def test_every_file_a_graph_names_is_catalogued_in_the_folder_its_loader_reads():

@@ -34,7 +34,8 @@ PROJECT, COMFY = PYPROJECT["project"], PYPROJECT["tool"]["comfy"]
 REPOSITORY = "https://github.com/h3kit/H3Kit"
 # Where each distribution is imported from (import name differs from the distribution name for some).
 IMPORT_NAMES = {"pillow": "PIL", "websocket-client": "websocket", "safetensors": "safetensors", "av": "av",
-                "numpy": "numpy", "requests": "requests", "tqdm": "tqdm", "torch": "torch"}
+                "numpy": "numpy", "requests": "requests", "tqdm": "tqdm", "torch": "torch",
+                "pyyaml": "yaml"}
 # Pins of the ComfyUI hosts the `test` extra must not move (their requirements files, read when present).
 HOST_PINS = {
     "comfyui-0.33.0": {"comfy-kitchen": "0.2.31", "comfy-aimdo": "0.4.13", "comfyui-frontend-package": "1.49.6",
