@@ -28,6 +28,7 @@ from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXI
 from ..checks.invocation import command
 from ..checks.problem import printable
 from . import console
+from .options import SECONDS
 
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
 SAVE_NODE = "H3KitSaveConditioning"
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--name", required=True, help="cache name, e.g. ltx_generic_refine")
     build.add_argument("--device", choices=("default", "cpu"), default="default", help="CLIPLoader device")
     build.add_argument("--overwrite", action="store_true", help="replace an existing cache with different content")
-    build.add_argument("--timeout", type=float, default=BUILD_TIMEOUT_S, help="seconds to wait for the encode (default %(default)s)")
+    build.add_argument("--timeout", type=SECONDS, default=BUILD_TIMEOUT_S, help="seconds to wait for the encode (default %(default)s)")
     build.add_argument("--quiet", action="store_true", help="no progress bar (it is off anyway when not a TTY)")
 
     info = sub.add_parser("info", help="print a cache's metadata and verify its data")

@@ -33,6 +33,7 @@ from ..checks.verdict import verdict_of
 from ..checks.workflow import default_models_dir, missing_file_checks, workflow_checks
 from . import console
 from . import schemas as schema_src
+from .options import SECONDS
 
 EXIT_STATUSES = {
     EXIT_OK: "no FAIL (WARN lines may be printed)",
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: models/ of the ComfyUI this clone sits in, $COMFYUI_DIR or the current folder)")
     parser.add_argument("--json", action="store_true", help="print the checks as one JSON document on stdout")
     parser.add_argument("--no-local", action="store_true", help="skip the checks of this machine's packages and GPU")
-    parser.add_argument("--timeout", type=float, default=SERVER_CHECK_TIMEOUT_S,
+    parser.add_argument("--timeout", type=SECONDS, default=SERVER_CHECK_TIMEOUT_S,
                         help="seconds for the whole exchange with the server (default %(default)s)")
 
 

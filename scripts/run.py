@@ -54,6 +54,7 @@ from ..checks.verdict import REFUSED, judge
 from ..nodes.conditioning_cache import pack_version
 from . import console
 from . import schemas as schema_src
+from .options import BYTES, COUNT, SECONDS
 
 VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov", ".avi"}
 DOWNLOAD_TIMEOUT = "download timeout"
@@ -234,13 +235,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="upload a file to the server's input folder and point the loader node at it")
     parser.add_argument("--out", default="h3kit-out", help="download folder (a subfolder per prompt id)")
     parser.add_argument("--cold", action="store_true", help="POST /free (unload models, free memory) before each run")
-    parser.add_argument("--timeout", type=float, default=None,
+    parser.add_argument("--timeout", type=SECONDS, default=None,
                         help="seconds for each job, downloads included (default: as long as the server holds it)")
-    parser.add_argument("--runs", type=int, default=None,
+    parser.add_argument("--runs", type=COUNT, default=None,
                         help="number of jobs (default: one per --server); jobs go round-robin over the servers")
-    parser.add_argument("--max-download", type=int, default=MAX_DOWNLOAD_BYTES, metavar="BYTES",
+    parser.add_argument("--max-download", type=BYTES, default=MAX_DOWNLOAD_BYTES, metavar="BYTES",
                         help="refuse an output file larger than this (default %(default)s)")
-    parser.add_argument("--max-job-download", type=int, default=jobs.MAX_JOB_DOWNLOAD_BYTES, metavar="BYTES",
+    parser.add_argument("--max-job-download", type=BYTES, default=jobs.MAX_JOB_DOWNLOAD_BYTES, metavar="BYTES",
                         help="fetch at most this many bytes of output files per job (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when not a TTY)")
 
