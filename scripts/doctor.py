@@ -18,7 +18,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline
+from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline, TimedOut
 from ..adapters.files import is_folder
 from ..adapters.model_folders import folder_files
 from ..adapters.server_probe import server_checks
@@ -95,9 +95,10 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
         if error:
             return checks + [error], worst_exit([*codes, EXIT_INVALID])
     object_info = None
+    deadline = Deadline(args.timeout if args.server else None)  # --timeout: the server's answers and their checks
     if args.server:
         try:
-            with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
+            with ComfyClient(args.server, deadline=deadline) as client:
                 server_part, object_info, code = server_checks(client, graph, schema_src.disabled_nodes(),
                                                                schema_src.providing_pack)
         except BadServerURL as exc:
@@ -106,19 +107,30 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int]:
         checks += server_part
         codes += [code, EXIT_FAILED if any(c.status == FAIL for c in server_part) else EXIT_OK]
     if graph is not None:
-        schemas = object_info if object_info is not None else schema_src.offline_schemas()
-        models_dir = args.models_dir or default_models_dir()
-        local_files = folder_files(models_dir) if models_dir else None
-        skip = model_input_keys(graph, schemas) if object_info is not None and isinstance(graph, dict) else set()
-        found = workflow_checks(graph, schemas, local_files, skip, on_server=object_info is not None,
-                                pack_of=schema_src.providing_pack, known_ids=schema_src.own_node_ids())
-        checks += found
-        codes.append(EXIT_INVALID if any(c.status == FAIL for c in found) else EXIT_OK)
-        if object_info is None and isinstance(graph, dict) and not looks_like_ui_format(graph):
-            files, code = model_checks(well_formed(graph), schemas, models_dir, args.models_dir is not None)
-            checks += files
-            codes.append(code)
+        try:
+            with deadline.applied():
+                found, files, code = graph_checks(args, graph, object_info)
+        except TimedOut as exc:
+            checks.append(Check(FAIL, "workflow", f"the workflow was not checked to the end: {exc}",
+                                "raise --timeout, or check what the server's /object_info holds"))
+            return checks, worst_exit([*codes, exc.exit_code])
+        checks += found + files
+        codes += [EXIT_INVALID if any(c.status == FAIL for c in found) else EXIT_OK, code]
     return checks, worst_exit(codes)
+
+
+def graph_checks(args: argparse.Namespace, graph: dict, object_info: dict | None) -> tuple[list[Check], list[Check], int]:
+    """(the workflow's checks, its model-file checks, their exit code) against the server's schemas or offline."""
+    schemas = object_info if object_info is not None else schema_src.offline_schemas()
+    models_dir = args.models_dir or default_models_dir()
+    local_files = folder_files(models_dir) if models_dir else None
+    skip = model_input_keys(graph, schemas) if object_info is not None and isinstance(graph, dict) else set()
+    found = workflow_checks(graph, schemas, local_files, skip, on_server=object_info is not None,
+                            pack_of=schema_src.providing_pack, known_ids=schema_src.own_node_ids())
+    if object_info is None and isinstance(graph, dict) and not looks_like_ui_format(graph):
+        files, code = model_checks(well_formed(graph), schemas, models_dir, args.models_dir is not None)
+        return found, files, code
+    return found, [], EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:

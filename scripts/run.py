@@ -262,7 +262,8 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
     graphs = {}
     for server in servers:
         copy = json.loads(json.dumps(graph))
-        with ComfyClient(server, deadline=Deadline(timeout)) as client:
+        deadline = Deadline(timeout)  # the server's answers and every check of them (TimedOut: exit 3)
+        with ComfyClient(server, deadline=deadline) as client:
             info = read_schemas(client)
             if uploads:
                 apply_uploads(client, copy, uploads, info)
@@ -270,7 +271,8 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
             console.check(server_version_check(client, copy, info), f"{server}: ")
         # the verdict doctor, validate and the editor give (checks/verdict.py): the graph in this host's input
         # layout (SaveVideo's three; each move an INFO line), validated and ruled on as it will be queued
-        verdict = judge(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
+        with deadline.applied():
+            verdict = judge(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
         for line in verdict.change_checks():
             console.check(line, f"{server}: ")
         for p in verdict.problems:

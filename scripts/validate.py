@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
         return worst_exit([EXIT_INVALID if failed else EXIT_OK,
                            *(report(path, schema_src.offline_schemas(), None) for path in paths)])
     try:
-        with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
-            schemas = read_schemas(client)
+        with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client, client.deadline.applied():
+            schemas = read_schemas(client)  # and every check of every file below: all within --timeout
             return worst_exit([EXIT_INVALID if failed else EXIT_OK,
                                *(report(path, schemas, lambda graph: server_version_check(client, graph, schemas))
                                  for path in paths)])
