@@ -12,12 +12,16 @@ import random
 import string
 import time
 import tracemalloc
+import zipfile
 from pathlib import Path
 
 import pytest
+import torch
+from alloc_tracker import PeakBytes
 from fake_comfy import GRAPH, OBJECT_INFO, FakeComfy, history_entry, ws_frame
 from h3kit.adapters import bounded_json, comfy_client, comfy_jobs
-from h3kit.scripts import doctor, run, validate
+from h3kit.nodes import cond_cache_format as fmt
+from h3kit.scripts import cond, doctor, run, validate
 
 MIB = 2**20
 
@@ -215,3 +219,52 @@ def test_an_upload_streams_from_disk(server, tmp_path):
     digest.update(path.read_bytes())
     digest.update(f"\r\n--{boundary}--\r\n".encode())
     assert posted.sha256 == digest.hexdigest() and posted.length == len(head) + path.stat().st_size + len(boundary) + 8
+
+
+# -------------------------------------------------------------------------------------- tensors from a .pt
+def conditioning(tensor: torch.Tensor) -> list:
+    return [[tensor, {"pooled_output": torch.zeros(1, 8)}]]
+
+
+def test_cond_import_of_a_tiny_pt_holding_a_stride_0_view_writes_nothing(tmp_path, capsys):
+    """Reported: a 1.8 KB `.pt` holding zeros(1).expand(2**29) wrote a 2 GiB cache (8 GiB: a crash). Here 128 MiB
+    from 4 bytes: refused before any copy is made, nothing written, no torch storage over 1 MiB allocated."""
+    source = tmp_path / "legacy.pt"
+    torch.save(conditioning(torch.zeros(1).expand(2**25)), source)
+    assert source.stat().st_size < 4096
+    with PeakBytes() as peak:
+        code = cond.run(argparse.Namespace(cond_command="import", source=source, name="x", dir=tmp_path / "cache",
+                                           overwrite=False, prompt_text="", encoder=""))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "strides [0]" in err and "repeats 4 bytes of data to 134,217,728" in err
+    assert peak.peak < MIB and not list(tmp_path.glob("cache/*"))
+
+
+def test_a_compressed_zip_record_is_refused_before_torch_load(tmp_path, capsys):
+    """A weaker bound, the file's size, fails for a compressed record: 32 MiB of zeros deflate to 32 KB."""
+    plain = tmp_path / "plain.pt"
+    torch.save(conditioning(torch.zeros(2**23)), plain)
+    source = tmp_path / "small.pt"
+    with zipfile.ZipFile(plain) as original, zipfile.ZipFile(source, "w") as packed:
+        for record in original.infolist():
+            packed.writestr(record.filename, original.read(record.filename), compress_type=zipfile.ZIP_DEFLATED)
+    plain.unlink()
+    assert source.stat().st_size < 64 * 1024
+    with PeakBytes() as peak:
+        code = cond.run(argparse.Namespace(cond_command="import", source=source, name="x", dir=tmp_path / "cache",
+                                           overwrite=False, prompt_text="", encoder=""))
+    assert code == 2 and "is compressed" in capsys.readouterr().err
+    assert peak.peak < MIB and not list(tmp_path.glob("cache/*"))
+
+
+def test_saving_counts_each_storage_once_and_allows_small_expanded_views(tmp_path):
+    """The node path too: many views of one storage count its bytes once (as real data), their copies each; a small
+    expanded mask (1 MiB of repeats) is written as before."""
+    base = torch.zeros(1024)
+    views = [[base.expand(64, 1024), {"pooled_output": base.expand(300_000, 1024)[:1]}]]
+    fmt.save_conditioning(tmp_path, "small", views)
+    many = [[base.expand(16_384, 1024), {}] for _ in range(2)]  # 2 x 64 MiB from 4 KiB
+    with pytest.raises(fmt.CacheError, match="repeats 4,096 bytes of data to 67,108,864"):
+        fmt.save_conditioning(tmp_path, "big", many)
+    assert not (tmp_path / "big.safetensors").exists()
