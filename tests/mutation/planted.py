@@ -28,6 +28,7 @@ SAGE = ("tests/test_turing_sage.py",)
 SPLICE = ("tests/test_effects.py",)
 LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/test_lowvram*.py")))
 RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
+MEMORY = ("tests/test_memory_bounds.py",)
 HOST = ("tests/test_host_layout.py", "tests/test_run.py", "tests/test_server_routes.py")
 EFFECTS = ("tests/test_effects.py", "tests/test_h3_prompt.py", "tests/test_dialogue_tokens.py")
 TYPES = ("tests/test_host_types.py",)
@@ -176,4 +177,16 @@ MUTANTS: list[Mutant] = [
            "if p.severity == ERROR and p.node_id not in runs", "if p.severity == ERROR and p.node_id in ()", TYPES),
     Mutant("M47", "the host's 100-slot cap dropped for named templates", "checks/node_inputs.py",
            'group["names"][:MAX_SLOTS]', 'group["names"]', TYPES),
+    # ------------------------------------------------------------------ issue 33: memory and time bounded by what is built
+    Mutant("M48", "JSON parsed without its value budget (only the byte cap)", "adapters/bounded_json.py",
+           "    check_budget(data, what, max_values)\n", "", MEMORY),
+    Mutant("M49", "CPU work on server data outside the deadline", "checks/deadline.py",
+           "    for deadline in reversed(_APPLIED.get()):", "    for deadline in ():", MEMORY),
+    Mutant("M50", "a view that repeats its data stored whole", "nodes/cond_cache_format.py",
+           "if materialised > real + MAX_EXPANSION_BYTES and worst is not None:", "if False:", MEMORY),
+    Mutant("M51", "a job's execution events kept without a cap", "adapters/comfy_jobs.py",
+           "if len(self.events) < MAX_KEPT_EVENTS and self.kept_bytes + size <= MAX_KEPT_EVENT_BYTES:", "if True:",
+           MEMORY),
+    Mutant("M52", "--timeout nan accepted (it never runs out)", "scripts/options.py",
+           "if isinstance(value, float) and not math.isfinite(value):", "if False:", RUN),
 ]
