@@ -8,7 +8,9 @@ What a server can do to us is bounded here, once:
   that trickles one byte a second, in its headers or its body, is cut off then, not when it finishes;
 - redirects are followed only to the same origin (scheme, host, port); anything else is refused;
 - JSON bodies and downloads are streamed with a byte cap; downloads go straight to disk through the
-  atomic writer (adapters/files.py), never into memory;
+  atomic writer (adapters/files.py), never into memory; uploads stream from disk (MultipartUpload);
+- a JSON answer builds at most MAX_JSON_VALUES values (/object_info: MAX_OBJECT_INFO_VALUES), counted in its
+  bytes before it is parsed (adapters/bounded_json.py), and is parsed under the client's deadline;
 - websocket frames larger than the cap are refused before their payload is read;
 - ids and names the server chooses (prompt_id, filenames, subfolders) pass `safe_id` / `safe_basename`
   before they touch a path.
@@ -31,6 +33,8 @@ from pathlib import Path
 from re import compile as regex
 from typing import Any
 
+from ..checks.deadline import Deadline as TimeBudget
+from ..checks.deadline import OutOfTime
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_UNREACHABLE
 from ..checks.problem import printable
 from . import bounded_json
@@ -44,6 +48,12 @@ MAX_WS_MESSAGE_S = 30.0  # one websocket message, once its first byte arrived
 MAX_TRANSFER_S = 3600.0  # the output files of one job, or one upload, when no --timeout is given
 MAX_JSON_BYTES = 32 * 1024 * 1024  # /history, /queue, /prompt answers (one prompt's entry is kilobytes)
 MAX_OBJECT_INFO_BYTES = 96 * 1024 * 1024  # a host with many node packs answers 5-30 MB
+# Values an answer may build when parsed (bounded_json.count_values, counted before parsing): bytes alone do not bound
+# memory (a 95 MiB /object_info of `[]` took 3.5 GiB). The real ComfyUI 0.33.0 /object_info (866 node types, H3Kit
+# installed; 1,566,053 bytes, measured 2026-12-02) counts 162,941: 9.6 bytes a value. MAX_OBJECT_INFO_VALUES is 25
+# times that (a 38 MB answer of that density); /queue holds every queued prompt's graph, /history/<id> one.
+MAX_OBJECT_INFO_VALUES = 4_000_000
+MAX_JSON_VALUES = 2_000_000
 MAX_DOWNLOAD_BYTES = 16 * 1024**3  # one output file; run --max-download overrides
 MAX_WS_MESSAGE_BYTES = 8 * 1024 * 1024  # progress/status events are small; previews are binary and skipped
 MAX_REDIRECTS = 5
@@ -62,7 +72,7 @@ class Unreachable(ComfyError):
     exit_code = EXIT_UNREACHABLE
 
 
-class TimedOut(ComfyError):
+class TimedOut(ComfyError, OutOfTime):
     exit_code = EXIT_TIMEOUT
 
 
@@ -163,22 +173,10 @@ def root_reason(exc: BaseException) -> str:
 
 
 # ------------------------------------------------------------------------------------------- the client
-class Deadline:
-    """A total time budget; `None` seconds means no limit."""
+class Deadline(TimeBudget):
+    """checks.deadline.Deadline whose expiry, in an exchange or in CPU work under `applied()`, is TimedOut (exit 3)."""
 
-    def __init__(self, seconds: float | None):
-        self.end = None if seconds is None else time.monotonic() + max(float(seconds), 0.0)
-
-    def remaining(self) -> float | None:
-        return None if self.end is None else self.end - time.monotonic()
-
-    def expired(self) -> bool:
-        remaining = self.remaining()
-        return remaining is not None and remaining <= 0
-
-    def cap(self, seconds: float) -> float:
-        remaining = self.remaining()
-        return seconds if remaining is None else max(min(seconds, remaining), 0.01)
+    error = TimedOut
 
 
 class _Watch:
@@ -391,38 +389,44 @@ class ComfyClient:
                 raise TooLarge(f"{what} is larger than the limit of {cap:,} bytes; refused")
             yield chunk
 
-    def _body(self, response, cap: int, what: str) -> bytes:
-        return b"".join(self._chunks(response, cap, what))
+    def _body(self, response, cap: int, what: str) -> bytearray:
+        body = bytearray()  # grown in place: never the chunks and their join at once
+        for chunk in self._chunks(response, cap, what):
+            body += chunk
+        return body
 
-    @staticmethod
-    def _parse(raw: bytes, what: str) -> Any:
-        """The body as JSON within the pack's JSON bounds (nesting, digits, UTF-8: adapters/bounded_json.py)."""
+    def _parse(self, raw: bytes | bytearray, what: str, max_values: int = MAX_JSON_VALUES) -> Any:
+        """The body as JSON within the pack's JSON bounds (values built, nesting, digits, UTF-8:
+        adapters/bounded_json.py), parsed under the client's deadline."""
         if not raw:
             return None
         try:
-            return bounded_json.loads(raw, what)
+            with self.deadline.applied():
+                return bounded_json.loads(raw, what, max_values=max_values)
         except bounded_json.JSONLimitError as exc:
             raise BadResponse(printable(exc, 300)) from exc
 
     @staticmethod
-    def _error_body(raw: bytes) -> Any:
+    def _error_body(raw: bytes | bytearray) -> Any:
         try:
             return bounded_json.loads(raw, "the error body") if raw else None
         except bounded_json.JSONLimitError:
             return raw.decode("utf-8", errors="replace")
 
     # -- API
-    def get_json(self, route: str, params: Mapping[str, Any] | None = None, cap: int = MAX_JSON_BYTES) -> Any:
-        """GET route -> parsed JSON. HTTP errors raise HTTPStatusError."""
+    def get_json(self, route: str, params: Mapping[str, Any] | None = None, cap: int = MAX_JSON_BYTES,
+                 max_values: int = MAX_JSON_VALUES) -> Any:
+        """GET route -> parsed JSON (at most `cap` bytes building at most `max_values` values). HTTP errors raise
+        HTTPStatusError."""
         what = f"{self.server}{route}"
         with self._exchange("GET", route, params=params) as response:
             raw = self._body(response, cap, what)
         if response.status_code >= 400:
             raise HTTPStatusError(response.status_code, self._error_body(raw), what)
-        return self._parse(raw, what)
+        return self._parse(raw, what, max_values)
 
     def object_info(self) -> dict:
-        info = self.get_json("/object_info", cap=MAX_OBJECT_INFO_BYTES)
+        info = self.get_json("/object_info", cap=MAX_OBJECT_INFO_BYTES, max_values=MAX_OBJECT_INFO_VALUES)
         if not isinstance(info, dict):
             raise BadResponse(f"{self.server}/object_info is not a JSON object")
         return info
@@ -435,10 +439,11 @@ class ComfyClient:
         return response.status_code, self._error_body(raw)
 
     def upload(self, path: Path, folder_type: str = "input") -> dict:
-        """POST /upload/image (ComfyUI's upload route for any input file) -> {name, subfolder, type}."""
-        with open(path, "rb") as handle, self._exchange(
-                "POST", "/upload/image", MAX_TRANSFER_S, data={"type": folder_type},
-                files={"image": (Path(path).name, handle, "application/octet-stream")}) as response:
+        """POST /upload/image (ComfyUI's upload route for any input file) -> {name, subfolder, type}. The file is
+        streamed from disk (MultipartUpload): memory does not grow with its size."""
+        body = MultipartUpload({"type": folder_type}, "image", Path(path))
+        with self._exchange("POST", "/upload/image", MAX_TRANSFER_S, data=body,
+                            headers={"Content-Type": body.content_type}) as response:
             raw = self._body(response, MAX_JSON_BYTES, f"{self.server}/upload/image")
         body = self._error_body(raw)
         if response.status_code >= 400 or not isinstance(body, dict):
@@ -468,6 +473,45 @@ class ComfyClient:
         return EventSocket(self.ws_url(client_id or uuid.uuid4().hex), self.deadline.cap(self.connect_timeout), cap)
 
 
+class MultipartUpload:
+    """A multipart/form-data body of text fields and one file, read from disk CHUNK bytes at a time as it is sent.
+    requests sends an iterable that has a length as it is, under that Content-Length; given `files=` it would build
+    the whole body in memory first (a 5 GiB upload took 5 GiB). Iterating again starts again from the file's first
+    byte, so a same-origin 307/308 redirect sends it whole. The file must keep its size while it is sent."""
+
+    def __init__(self, fields: Mapping[str, str], file_field: str, path: Path):
+        from urllib3.fields import RequestField
+
+        self.path, self.size = path, path.stat().st_size
+        boundary = uuid.uuid4().hex
+        self.content_type = f"multipart/form-data; boundary={boundary}"
+        parts = []
+        for name, value in fields.items():
+            field = RequestField(name=name, data=value)
+            field.make_multipart()
+            parts.append(f"--{boundary}\r\n".encode() + field.render_headers().encode() + str(value).encode() + b"\r\n")
+        file_part = RequestField(name=file_field, data=b"", filename=path.name)
+        file_part.make_multipart(content_type="application/octet-stream")
+        self.head = b"".join(parts) + f"--{boundary}\r\n".encode() + file_part.render_headers().encode()
+        self.tail = f"\r\n--{boundary}--\r\n".encode()
+
+    def __len__(self) -> int:
+        return len(self.head) + self.size + len(self.tail)
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.head
+        sent = 0
+        with open(self.path, "rb") as handle:
+            while sent < self.size:
+                chunk = handle.read(min(CHUNK, self.size - sent))
+                if not chunk:
+                    raise ComfyError(f"{self.path} shrank while it was uploaded ({sent:,} of {self.size:,} bytes "
+                                     "sent); upload it again once nothing writes to it")
+                sent += len(chunk)
+                yield chunk
+        yield self.tail
+
+
 class EventSocket:
     """ComfyUI's /ws stream: JSON text events in, binary preview frames skipped, every frame size-capped, the
     handshake within the connect timeout and each message within MAX_WS_MESSAGE_S of the wait (a _Watch)."""
@@ -477,7 +521,10 @@ class EventSocket:
             import websocket
         except ImportError:
             raise ComfyError("websocket-client is not installed (pip install websocket-client)") from None
-        self.ws = websocket.WebSocket(enable_multithread=False)
+        # UTF-8 is checked by bounded_json's decoder (C); websocket-client's own check runs in Python, byte by byte
+        # (about 1.4 MB/s here: 6 s of CPU for one 8 MiB message)
+        self.ws = websocket.WebSocket(enable_multithread=False, skip_utf8_validation=True)
+        self.last_bytes = 0  # the size of the last text message received (what keeping its event costs)
         watch = _Watch(time.monotonic() + connect_timeout, False)
         watch.arm(lambda: self.ws.sock)
         try:
@@ -517,6 +564,7 @@ class EventSocket:
             watch.disarm()
         if opcode != websocket.ABNF.OPCODE_TEXT:
             return None
+        self.last_bytes = len(data)
         try:
             event = bounded_json.loads(data, "a websocket event")
         except bounded_json.JSONLimitError:

@@ -9,6 +9,7 @@ time runs out. Everything the server sends is treated as data: ids through `safe
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -46,6 +47,11 @@ FINAL_QUESTION_S = 15.0  # time allowed to ask about the job after --timeout ran
 WS_SETTLE_S = 10.0
 FINISH_EVENTS = ("execution_success", "execution_error", "execution_interrupted")
 RECORDED_EVENTS = ("execution_start", "execution_cached", *FINISH_EVENTS)
+# execution_* events of the followed prompt kept for its timing and cache counts: ComfyUI sends one of each kind per
+# prompt, kilobytes each. A server repeating them while it holds the job grew the list without end (2.8 GiB after
+# 300 s); past either cap the rest are dropped, counted and named once.
+MAX_KEPT_EVENTS = 64
+MAX_KEPT_EVENT_BYTES = 16 * 1024 * 1024
 
 
 class Rejected(ComfyError):
@@ -306,14 +312,18 @@ class Follower:
         self.finished_event: str | None = None
         self.last_note = ""
         self.events: list[tuple[str, dict]] = []
+        self.kept_bytes = 0
+        self.dropped: dict[str, int] = {}  # kind -> events not kept (over MAX_KEPT_EVENTS / MAX_KEPT_EVENT_BYTES)
+        self.dropped_bytes = 0
 
-    def on_event(self, event: dict) -> None:
+    def on_event(self, event: dict, size: int | None = None) -> None:
+        """One websocket event; `size`: its message's bytes (what keeping it costs; estimated when not given)."""
         kind, data = event.get("type"), event.get("data")
         if not isinstance(data, dict) or data.get("prompt_id") not in (None, self.prompt_id):
             return
         node = data.get("node")
         if kind in RECORDED_EVENTS and data.get("prompt_id") == self.prompt_id:
-            self.events.append((kind, data))
+            self._keep(kind, data, size)
         if kind == "executing" and node is not None:
             self.listener.node(printable(node, 40))
         elif kind == "progress":
@@ -327,9 +337,31 @@ class Follower:
         elif kind == "executing" and node is None and data.get("prompt_id") == self.prompt_id:
             self.finished_event = self.finished_event or "executing_done"
 
+    def _keep(self, kind: str, data: dict, size: int | None) -> None:
+        size = len(json.dumps(data, default=str)) if size is None else size
+        if len(self.events) < MAX_KEPT_EVENTS and self.kept_bytes + size <= MAX_KEPT_EVENT_BYTES:
+            self.events.append((kind, data))
+            self.kept_bytes += size
+            return
+        if not self.dropped:
+            self._note(f"the server sent more execution events for prompt {self.prompt_id} than a job has (ComfyUI "
+                       f"sends one of each kind); keeping the first {len(self.events)} ({self.kept_bytes:,} bytes; at "
+                       f"most {MAX_KEPT_EVENTS} or {MAX_KEPT_EVENT_BYTES:,} bytes are kept), dropping the rest")
+        self.dropped[kind] = self.dropped.get(kind, 0) + 1
+        self.dropped_bytes += size
+
+    def dropped_text(self) -> str:
+        """'' or what was not kept: 'dropped 5,000 execution_cached events (51,200,000 bytes)'."""
+        if not self.dropped:
+            return ""
+        kinds = ", ".join(f"{count:,} {kind}" for kind, count in sorted(self.dropped.items()))
+        return f"dropped {kinds} event(s) ({self.dropped_bytes:,} bytes) past the cap on kept events"
+
     def wait(self, ws: EventSocket | None) -> Outcome:
         outcome = self._wait(ws)
         outcome.events = self.events
+        if self.dropped:
+            self.listener.warn(printable(self.dropped_text(), 300))
         return outcome
 
     def _wait(self, ws: EventSocket | None) -> Outcome:
@@ -400,7 +432,7 @@ class Follower:
             ws.close()
             return None
         if event is not None:
-            self.on_event(event)
+            self.on_event(event, getattr(ws, "last_bytes", None))
         return ws
 
     def _note(self, text: str) -> None:

@@ -1,5 +1,6 @@
 """Ask a running ComfyUI what doctor, `run` and `validate --server` judge: /system_stats, /object_info and the
-model lists, through the one client (comfy_client.py). The verdicts are checks/server.py's (pure)."""
+model lists, through the one client (comfy_client.py). The verdicts are checks/server.py's (pure); the CPU work on
+what the server sent runs under the client's deadline (checks/deadline.py), as the network part does."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..checks.graph import well_formed
 from ..checks.problem import FAIL, PASS, WARN, Check
 from ..checks.schemas import server_schemas
 from ..checks.server import Disabled, comfyui_version_check, host_checks, reported_version
-from .comfy_client import BadResponse, ComfyClient, ComfyError
+from .comfy_client import BadResponse, ComfyClient, ComfyError, TimedOut
 
 
 def read_schemas(client: ComfyClient, route: str = "/object_info") -> dict[str, dict]:
@@ -19,7 +20,8 @@ def read_schemas(client: ComfyClient, route: str = "/object_info") -> dict[str, 
     info = client.object_info() if route == "/object_info" else client.get_json(route)
     if not isinstance(info, dict):
         raise BadResponse(f"{client.server}{route} is not a JSON object")
-    return server_schemas(info)
+    with client.deadline.applied():  # the checks of a hostile schema end at the caller's --timeout too
+        return server_schemas(info)
 
 
 def answer_or_none(client: ComfyClient) -> Callable[[str], Any]:
@@ -44,8 +46,14 @@ def server_checks(client: ComfyClient, graph: dict | None, disabled: Disabled | 
     except ComfyError as exc:
         return [Check(PASS, "server", f"{client.server} answers /system_stats"),
                 Check(FAIL, "server", str(exc), "check the server log")], None, exc.exit_code
-    return host_checks(client.server, stats, object_info, graph, answer_or_none(client), disabled, pack_of), \
-        object_info, 0
+    try:
+        with client.deadline.applied():
+            return host_checks(client.server, stats, object_info, graph, answer_or_none(client), disabled,
+                               pack_of), object_info, 0
+    except TimedOut as exc:
+        return [Check(PASS, "server", f"{client.server} answers /system_stats and /object_info"),
+                Check(FAIL, "server", str(exc), "raise --timeout, or check what the server's /object_info holds")], \
+            object_info, exc.exit_code
 
 
 def server_version_check(client: ComfyClient, graph: dict | None, object_info: dict) -> Check:

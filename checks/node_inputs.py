@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from re import compile as regex
 from typing import Any
 
+from .deadline import check_time
+
 DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
 AUTOGROW = "COMFY_AUTOGROW_V3"
 DYNAMIC_SLOT = "COMFY_DYNAMICSLOT_V3"
@@ -145,6 +147,7 @@ def _walk(inputs: Any, values: Mapping | None, prefix: str, depth: int, found: D
     if depth > MAX_NESTING:
         return
     for name, spec, required in _sections(inputs):
+        check_time("reading a node's inputs")
         key = f"{prefix}{name}"
         head = spec[0]
         opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import node_inputs
+from .deadline import CHECK_EVERY, check_time
 from .invocation import command
 
 PACK_ROOT = Path(__file__).resolve().parent.parent
@@ -243,7 +244,12 @@ def server_schemas(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     node_inputs.MAX_NESTING deep, Autogrow groups of at most node_inputs.MAX_SLOTS slots, a list of outputs).
     An entry that is not becomes {UNREADABLE: why}: the validator reports that node type's inputs as unchecked
     instead of building what a hostile or broken schema asks for."""
-    return {name: _readable_entry(entry) for name, entry in info.items()}
+    readable = {}
+    for index, (name, entry) in enumerate(info.items()):
+        if index % CHECK_EVERY == 0:
+            check_time("checking the server's node schemas")
+        readable[name] = _readable_entry(entry)
+    return readable
 
 
 def _readable_entry(entry: Any) -> dict[str, Any]:
@@ -311,9 +317,20 @@ def _autogrow_problem(options: dict[str, Any], where: str, depth: int) -> str | 
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
-    """The one close spelling among `candidates` (difflib ratio >= SPELLING_CUTOFF), or None."""
-    close = difflib.get_close_matches(name, sorted({c for c in candidates if c != name}), n=1, cutoff=SPELLING_CUTOFF)
-    return close[0] if close else None
+    """The one close spelling among `candidates` (difflib ratio >= SPELLING_CUTOFF; the best, ties to the greatest
+    name, as difflib.get_close_matches(n=1) picks), or None. The time limit applied is checked as it goes: a server
+    may list a million names."""
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(name)
+    best: tuple[float, str] | None = None
+    for index, candidate in enumerate({c for c in candidates if c != name}):
+        if index % CHECK_EVERY == 0:
+            check_time("looking for a close node name")
+        matcher.set_seq1(candidate)
+        if (matcher.real_quick_ratio() >= SPELLING_CUTOFF and matcher.quick_ratio() >= SPELLING_CUTOFF
+                and (score := matcher.ratio()) >= SPELLING_CUTOFF and (best is None or (score, candidate) > best)):
+            best = (score, candidate)
+    return best[1] if best else None
 
 
 def unknown_node_advice(class_type: str, pack: str | None, candidates: Iterable[str]) -> tuple[str, str]:

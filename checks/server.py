@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .deadline import check_time
 from .environment import cuda_major_from_torch_tag, renders_on_cuda
 from .facts import (
     F01_CORRECT_STACK,
@@ -152,6 +153,7 @@ def missing_node_checks(graph: dict, available: Iterable[str], disabled: Disable
                       "node types of the workflow are registered")]
     checks = []
     for ct, ids in sorted(missing.items()):
+        check_time("looking for the workflow's node types")
         pack = pack_of(ct) if pack_of is not None else providing_pack(ct, disabled)
         message, fix = unknown_node_advice(ct, pack, have)
         checks.append(Check(FAIL, "nodes", f"node {', '.join(ids)}: {message} (F35)", fix, node_id=ids[0]))
@@ -181,6 +183,7 @@ def model_file_checks(graph: dict, server_schemas: dict, fetch: Callable[[str], 
     checks = []
     table: dict[str, list[str]] | None = None  # the server's folders: asked once, when a file is missing
     for nid, ct, name, folder, filename in model_inputs(graph, server_schemas):
+        check_time("looking for the workflow's model files")
         files = server_model_list(server_schemas, fetch, ct, name, folder)
         if files is None:
             checks.append(Check(WARN, "model files", f"cannot list the server's '{folder}' folder to find '{filename}'",

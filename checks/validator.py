@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import node_inputs
+from .deadline import check_time
 from .graph import executed_nodes, input_kind, inputs_of, is_link, node_shape_problem, well_formed
 from .host_layout import adapt_node
 from .invocation import command
@@ -296,6 +297,7 @@ def validate_graph(graph: Any, schemas: dict[str, dict], pack_of: PackLookup = p
     judged: list[Problem] = []
     has_output = False
     for node_id, node in graph.items():
+        check_time("validating the workflow")
         shape = node_shape_problem(node_id, node)
         if shape is not None:
             problems.append(shape)

@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .deadline import check_time
 from .graph import well_formed
 from .host_layout import Change, adapt_graph
 from .problem import FAIL, INFO, Check, Problem, has_errors
@@ -85,7 +86,11 @@ def judge(graph: Any, schemas: dict, pack_of: PackLookup = providing_pack, known
     rules = [*RULES, *([safetensors_lint(files)] if files is not None else [])]
     shaped = well_formed(adapted)  # malformed nodes were reported by validate_graph; rules see the rest
     # a rule's error on a node no output depends on is a warning: ComfyUI never runs that node
-    rule_problems = scope_to_run(run_scope(shaped, schemas), [p for rule in rules for p in rule(shaped, schemas)])
+    found: list[Problem] = []
+    for rule in rules:
+        check_time("checking the pipeline rules")
+        found += rule(shaped, schemas)
+    rule_problems = scope_to_run(run_scope(shaped, schemas), found)
     return Verdict(adapted, changes, schema_problems, rule_problems)
 
 

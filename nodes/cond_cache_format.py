@@ -57,6 +57,11 @@ MAX_CACHE_HEADER_BYTES = 16 * 2**20
 MAX_CACHE_JSON_BYTES = 2**20  # each of the 'structure' and 'tensors' metadata entries
 MAX_TENSOR_RANK = 8
 MAX_TENSOR_DIM = 2**31 - 1  # one side; [0, 2**64-1] holds no data but no torch tensor can have that shape
+# Bytes a cache may hold beyond the storage its tensors really have. A view can repeat its data (stride 0, overlapping
+# strides): a 1.8 KB .pt holding torch.zeros(1).expand(2**29) became a 2 GiB cache. Materialised sizes are summed and
+# checked against the distinct storages' bytes plus this, before anything is copied; a text encoder's output holds
+# no repeating views, small expanded masks fit.
+MAX_EXPANSION_BYTES = 64 * 2**20
 VERSION_TEXT = regex(r"[0-9]{1,9}")
 
 
@@ -285,6 +290,50 @@ def check_conditioning_shape(conditioning: Any) -> None:
             raise CacheError(f"entry [{i}] is not a [tensor, dict] pair", "connect a CONDITIONING output")
 
 
+def check_real_size(conditioning: Any) -> None:
+    """Refuse, before any tensor is copied, a value whose tensors would materialise more than the bytes their storages
+    really hold (plus MAX_EXPANSION_BYTES), or more than a cache may hold (MAX_CACHE_BYTES). Each distinct tensor
+    object counts once, as the encoder stores it once; each distinct storage counts once."""
+    materialised, real = 0, 0
+    storages: set[tuple[str, int, int]] = set()
+    worst: tuple[float, str, torch.Tensor] | None = None
+    seen: set[int] = set()
+    stack: list[tuple[Any, tuple]] = [(conditioning, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if id(value) in seen or value.is_meta or value.layout != torch.strided:
+                continue  # the encoder refuses meta and sparse tensors with its own message
+            seen.add(id(value))
+            size = value.numel() * value.element_size()
+            storage = value.untyped_storage()
+            key = (str(value.device), storage.data_ptr(), storage.nbytes())
+            if key not in storages:
+                storages.add(key)
+                real += storage.nbytes()
+            materialised += size
+            ratio = size / max(storage.nbytes(), 1)
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, key_path(path), value)
+        elif isinstance(value, dict):
+            stack.extend((item, (*path, key)) for key, item in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, (*path, i)) for i, item in enumerate(value))
+    if materialised > MAX_CACHE_BYTES:
+        raise CacheError(f"this conditioning's tensors hold {materialised / 2**30:.1f} GiB; a cache holds at most "
+                         f"{MAX_CACHE_BYTES // 2**30} GiB (an encoded prompt is a few MiB)",
+                         "cache the plain text-encoder output")
+    if materialised > real + MAX_EXPANSION_BYTES and worst is not None:
+        _, where, tensor = worst
+        raise CacheError(
+            f"this conditioning's tensors would take {materialised:,} bytes as stored, but their data is {real:,} "
+            f"bytes: the tensor at {where} (shape {list(tensor.shape)}, strides {list(tensor.stride())}) is a view "
+            f"that repeats {tensor.untyped_storage().nbytes():,} bytes of data to {tensor.numel() * tensor.element_size():,}; "
+            f"a cache stores every element, so at most {MAX_EXPANSION_BYTES // 2**20} MiB of repeats are written",
+            "cache the conditioning straight from the text encoder (it holds no repeating views), or copy the "
+            "tensor with .contiguous() yourself if its full size is really wanted")
+
+
 # ---------------------------------------------------------------------------------------- writing
 
 
@@ -343,6 +392,7 @@ def save_conditioning(
 
     file_name = cache_file_name(name)
     check_conditioning_shape(conditioning)
+    check_real_size(conditioning)
     encoder_state = _StructureEncoder()
     structure = encoder_state.encode(conditioning)
     metadata = build_metadata(structure, encoder_state.records, prompt_text, encoder, h3kit_version)

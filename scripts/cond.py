@@ -28,6 +28,7 @@ from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, EXI
 from ..checks.invocation import command
 from ..checks.problem import printable
 from . import console
+from .options import SECONDS
 
 ENV_VAR = "H3KIT_COND_CACHE_DIR"
 SAVE_NODE = "H3KitSaveConditioning"
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--name", required=True, help="cache name, e.g. ltx_generic_refine")
     build.add_argument("--device", choices=("default", "cpu"), default="default", help="CLIPLoader device")
     build.add_argument("--overwrite", action="store_true", help="replace an existing cache with different content")
-    build.add_argument("--timeout", type=float, default=BUILD_TIMEOUT_S, help="seconds to wait for the encode (default %(default)s)")
+    build.add_argument("--timeout", type=SECONDS, default=BUILD_TIMEOUT_S, help="seconds to wait for the encode (default %(default)s)")
     build.add_argument("--quiet", action="store_true", help="no progress bar (it is off anyway when not a TTY)")
 
     info = sub.add_parser("info", help="print a cache's metadata and verify its data")
@@ -249,6 +250,27 @@ def _check_torch_file(source: Path) -> None:
     if kind.key not in ("torch_zip", "pickle"):
         raise CommandError(f"{source} is {kind.text}, not a legacy torch.save cache (ComfyUI-CondCache .pt/.cond); "
                            "pass the old cache file")
+    if kind.key == "torch_zip":
+        _check_zip_records(source)
+
+
+def _check_zip_records(source: Path) -> None:
+    """The records of a torch.save zip must be stored, not compressed (torch.save never compresses): a compressed
+    record unpacks to more than the file holds (a 256 KB file inflated to a 256 MiB tensor in torch.load). With
+    stored records every tensor's storage is bytes of the file, so the file size bounds what torch.load builds."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(source) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise CommandError(f"{source} is not a readable torch.save file ({printable(exc, 200)})") from exc
+    for record in records:
+        if record.compress_type != zipfile.ZIP_STORED or record.file_size != record.compress_size:
+            raise CommandError(
+                f"{source}: its record {printable(record.filename, 100)} is compressed ({record.compress_size:,} bytes "
+                f"that unpack to {record.file_size:,}); torch.save never compresses, so this file was made to unpack "
+                f"to more than it holds. Refused: re-encode the prompt with `{command('cond build')}`")
 
 
 def _unpickler_reason(exc: Exception) -> str:

@@ -22,7 +22,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline
+from ..adapters.comfy_client import SERVER_CHECK_TIMEOUT_S, BadServerURL, ComfyClient, Deadline, TimedOut
 from ..adapters.files import is_folder
 from ..adapters.model_folders import layout_files
 from ..adapters.model_layout import ModelLayout, find_layout, models_dir_layout, served_layout
@@ -39,6 +39,7 @@ from ..checks.verdict import verdict_of
 from ..checks.workflow import missing_file_checks, workflow_checks
 from . import console
 from . import schemas as schema_src
+from .options import SECONDS
 
 EXIT_STATUSES = {
     EXIT_OK: "no FAIL (WARN lines may be printed)",
@@ -63,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "are searched too, as ComfyUI searches them")
     parser.add_argument("--json", action="store_true", help="print the checks as one JSON document on stdout")
     parser.add_argument("--no-local", action="store_true", help="skip the checks of this machine's packages and GPU")
-    parser.add_argument("--timeout", type=float, default=SERVER_CHECK_TIMEOUT_S,
+    parser.add_argument("--timeout", type=SECONDS, default=SERVER_CHECK_TIMEOUT_S,
                         help="seconds for the whole exchange with the server (default %(default)s)")
 
 
@@ -125,9 +126,10 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int, list[str]]:
         if error:
             return checks + [error], worst_exit([*codes, EXIT_INVALID]), []
     object_info, served = None, None
+    deadline = Deadline(args.timeout if args.server else None)  # --timeout: the server's answers and their checks
     if args.server:
         try:
-            with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
+            with ComfyClient(args.server, deadline=deadline) as client:
                 server_part, object_info, code = server_checks(client, graph, schema_src.disabled_nodes(),
                                                                schema_src.providing_pack)
                 if object_info is not None and graph is not None:  # its folders, for the headers of its files
@@ -138,20 +140,31 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], int, list[str]]:
         checks += server_part
         codes += [code, EXIT_FAILED if any(c.status == FAIL for c in server_part) else EXIT_OK]
     if graph is not None:
-        schemas = object_info if object_info is not None else schema_src.offline_schemas()
         layout, notes = (served, []) if args.models_dir is None and served is not None else model_layout(args)
         checks += notes
-        local_files = layout_files(layout) if layout is not None else None
-        skip = model_input_keys(graph, schemas) if object_info is not None and isinstance(graph, dict) else set()
-        found = workflow_checks(graph, schemas, local_files, skip, on_server=object_info is not None,
-                                pack_of=schema_src.providing_pack, known_ids=schema_src.own_node_ids())
-        checks += found
-        codes.append(EXIT_INVALID if any(c.status == FAIL for c in found) else EXIT_OK)
-        if object_info is None and isinstance(graph, dict) and not looks_like_ui_format(graph):
-            files, code = model_checks(well_formed(graph), schemas, layout)
-            checks += files
-            codes.append(code)
+        try:
+            with deadline.applied():
+                found, files, code = graph_checks(graph, object_info, layout)
+        except TimedOut as exc:
+            checks.append(Check(FAIL, "workflow", f"the workflow was not checked to the end: {exc}",
+                                "raise --timeout, or check what the server's /object_info holds"))
+            return checks, worst_exit([*codes, exc.exit_code]), missing_files(checks, graph)
+        checks += found + files
+        codes += [EXIT_INVALID if any(c.status == FAIL for c in found) else EXIT_OK, code]
     return checks, worst_exit(codes), missing_files(checks, graph)
+
+
+def graph_checks(graph: dict, object_info: dict | None, layout: ModelLayout | None) -> tuple[list[Check], list[Check], int]:
+    """(the workflow's checks, its model-file checks, their exit code) against the server's schemas or offline."""
+    schemas = object_info if object_info is not None else schema_src.offline_schemas()
+    local_files = layout_files(layout) if layout is not None else None
+    skip = model_input_keys(graph, schemas) if object_info is not None and isinstance(graph, dict) else set()
+    found = workflow_checks(graph, schemas, local_files, skip, on_server=object_info is not None,
+                            pack_of=schema_src.providing_pack, known_ids=schema_src.own_node_ids())
+    if object_info is None and isinstance(graph, dict) and not looks_like_ui_format(graph):
+        files, code = model_checks(well_formed(graph), schemas, layout)
+        return found, files, code
+    return found, [], EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:

@@ -61,6 +61,7 @@ from ..checks.reports import report_checks
 from ..checks.verdict import REFUSED, judge
 from . import console
 from . import schemas as schema_src
+from .options import BYTES, COUNT, SECONDS
 
 VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov", ".avi"}
 DOWNLOAD_TIMEOUT = "download timeout"
@@ -241,13 +242,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="upload a file to the server's input folder and point the loader node at it")
     parser.add_argument("--out", default="h3kit-out", help="download folder (a subfolder per prompt id)")
     parser.add_argument("--cold", action="store_true", help="POST /free (unload models, free memory) before each run")
-    parser.add_argument("--timeout", type=float, default=None,
+    parser.add_argument("--timeout", type=SECONDS, default=None,
                         help="seconds for each job, downloads included (default: as long as the server holds it)")
-    parser.add_argument("--runs", type=int, default=None,
+    parser.add_argument("--runs", type=COUNT, default=None,
                         help="number of jobs (default: one per --server); jobs go round-robin over the servers")
-    parser.add_argument("--max-download", type=int, default=MAX_DOWNLOAD_BYTES, metavar="BYTES",
+    parser.add_argument("--max-download", type=BYTES, default=MAX_DOWNLOAD_BYTES, metavar="BYTES",
                         help="refuse an output file larger than this (default %(default)s)")
-    parser.add_argument("--max-job-download", type=int, default=jobs.MAX_JOB_DOWNLOAD_BYTES, metavar="BYTES",
+    parser.add_argument("--max-job-download", type=BYTES, default=jobs.MAX_JOB_DOWNLOAD_BYTES, metavar="BYTES",
                         help="fetch at most this many bytes of output files per job (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when not a TTY)")
 
@@ -268,7 +269,8 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
     graphs = {}
     for server in servers:
         copy = json.loads(json.dumps(graph))
-        with ComfyClient(server, deadline=Deadline(timeout)) as client:
+        deadline = Deadline(timeout)  # the server's answers and every check of them (TimedOut: exit 3)
+        with ComfyClient(server, deadline=deadline) as client:
             info = read_schemas(client)
             if uploads:
                 apply_uploads(client, copy, uploads, info)
@@ -276,7 +278,8 @@ def server_graphs(graph: dict, servers: list[str], uploads: list[str], timeout: 
             console.check(server_version_check(client, copy, info), f"{server}: ")
         # the verdict doctor, validate and the editor give (checks/verdict.py): the graph in this host's input
         # layout (SaveVideo's three; each move an INFO line), validated and ruled on as it will be queued
-        verdict = judge(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
+        with deadline.applied():
+            verdict = judge(copy, info, schema_src.providing_pack, schema_src.own_node_ids())
         for line in verdict.change_checks():
             console.check(line, f"{server}: ")
         for p in verdict.problems:

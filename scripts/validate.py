@@ -23,6 +23,7 @@ from ..checks.validator import looks_like_ui_format
 from ..checks.verdict import REFUSED, judge
 from . import console
 from . import schemas as schema_src
+from .options import SECONDS
 
 EXIT_STATUSES = {
     EXIT_OK: "every workflow is valid (warnings may be printed)",
@@ -36,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", type=Path,
                         help="API-format workflow JSON files, or folders (every *.json directly in them)")
     parser.add_argument("--server", help="validate against this live ComfyUI's /object_info (e.g. http://127.0.0.1:8188)")
-    parser.add_argument("--timeout", type=float, default=SERVER_CHECK_TIMEOUT_S,
+    parser.add_argument("--timeout", type=SECONDS, default=SERVER_CHECK_TIMEOUT_S,
                         help="seconds for the whole exchange with the server (default %(default)s)")
 
 
@@ -72,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
         return check
 
     try:
-        with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client:
-            schemas = read_schemas(client)
+        with ComfyClient(args.server, deadline=Deadline(args.timeout)) as client, client.deadline.applied():
+            schemas = read_schemas(client)  # and every check of every file below: all within --timeout
             return worst_exit([EXIT_INVALID if failed else EXIT_OK,
                                *(report(path, schemas, host_check) for path in paths)])
     except ComfyError as exc:

@@ -10,6 +10,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -65,10 +66,21 @@ def as_body(answer: Any) -> Body:
     return Body(200, answer if isinstance(answer, bytes) else json.dumps(answer).encode())
 
 
+@dataclass
+class Posted:
+    """What a POST sent: its length, the SHA-256 of the body, the body's first 4 KiB and its Content-Type."""
+
+    length: int
+    sha256: str
+    head: bytes
+    content_type: str
+
+
 class FakeComfy:
     """Routes answer from attributes a test sets: prompt, history, queue, view, object_info (JSON-able values,
-    raw bytes or Body), ws_frames (raw bytes sent after the handshake; None = no websocket route), and `routes`
-    ({path: answer}, asked first: /system_stats by default)."""
+    raw bytes or Body), ws_frames (raw bytes sent after the handshake; None = no websocket route), `uploaded` (the
+    /upload/image answer) and `routes` ({path: answer}, asked first: /system_stats by default). Each POST body is
+    read in pieces and recorded in `posted` ({path: Posted})."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -100,9 +112,10 @@ class FakeComfy:
                 fake.send(self, Body(404, b"{}"))
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                fake.posted[self.path] = fake.receive(self)
                 fake.calls.append("POST " + self.path)
-                fake.send(self, fake.prompt if self.path == "/prompt" else {})
+                fake.send(self, fake.prompt if self.path == "/prompt" else fake.uploaded if self.path == "/upload/image"
+                          else {})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -117,7 +130,23 @@ class FakeComfy:
         self.object_info: Any = OBJECT_INFO
         self.ws_frames: bytes | None = None
         self.routes: dict[str, Any] = {"/system_stats": {"system": {"comfyui_version": "0.34.0"}, "devices": []}}
+        self.uploaded: Any = {"name": "uploaded.bin", "subfolder": "", "type": "input"}
+        self.posted: dict[str, Posted] = {}
         self.calls.clear()
+
+    @staticmethod
+    def receive(handler: BaseHTTPRequestHandler) -> Posted:
+        """Read a POST body in pieces (the fake never holds a large one): its length, SHA-256 and first 4 KiB."""
+        left, digest, head = int(handler.headers.get("Content-Length", 0)), hashlib.sha256(), b""
+        while left > 0:
+            piece = handler.rfile.read(min(left, 2**16))
+            if not piece:
+                break
+            left -= len(piece)
+            digest.update(piece)
+            head = head if len(head) >= 4096 else (head + piece)[:4096]
+        return Posted(int(handler.headers.get("Content-Length", 0)) - left, digest.hexdigest(), head,
+                      handler.headers.get("Content-Type", ""))
 
     def send(self, handler: BaseHTTPRequestHandler, answer: Any) -> None:
         body = as_body(answer)

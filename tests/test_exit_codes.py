@@ -181,3 +181,58 @@ def test_fan_out_exit_is_the_worst_job(workflow, tmp_path):
         good.close()
         bad.close()
     assert code == 1  # one job is fine (0), the other lists an unusable output (1): the worst wins
+
+
+# --- issue 33: numeric options, one parser type (scripts/options.py) --------------------------------
+
+NUMERIC_REFUSALS = [
+    # (argv after the command, the option named in the refusal); the first six exited 0, 1 or 3 before, the NaN
+    # timeouts waited forever
+    (["run", "{wf}", "--server", "{url}", "--max-job-download", "-1"], "--max-job-download"),
+    (["run", "{wf}", "--server", "{url}", "--max-download", "-1"], "--max-download"),
+    (["run", "{wf}", "--server", "{url}", "--timeout", "-1"], "--timeout"),
+    (["validate", "{wf}", "--server", "{url}", "--timeout", "-1"], "--timeout"),
+    (["doctor", "--no-local", "--server", "{url}", "--timeout", "-1"], "--timeout"),
+    (["cond", "build", "--server", "{url}", "--text", "x", "--clip", "c", "--name", "n", "--timeout", "-1"],
+     "--timeout"),
+    (["run", "{wf}", "--server", "{url}", "--timeout", "nan"], "--timeout"),
+    (["validate", "{wf}", "--server", "{url}", "--timeout", "nan"], "--timeout"),
+    (["doctor", "--no-local", "--server", "{url}", "--timeout", "NaN"], "--timeout"),
+    (["cond", "build", "--server", "{url}", "--text", "x", "--clip", "c", "--name", "n", "--timeout", "nan"],
+     "--timeout"),
+    (["run", "{wf}", "--server", "{url}", "--timeout", "inf"], "--timeout"),
+    (["run", "{wf}", "--server", "{url}", "--timeout", "0"], "--timeout"),
+    (["run", "{wf}", "--server", "{url}", "--runs", "0"], "--runs"),
+    (["run", "{wf}", "--server", "{url}", "--max-download", "1e9"], "--max-download"),
+]
+
+
+@pytest.mark.parametrize("argv, option", NUMERIC_REFUSALS, ids=[" ".join(a[0:1] + a[-2:]) for a, _ in NUMERIC_REFUSALS])
+def test_a_numeric_option_not_finite_or_not_above_0_is_refused_with_exit_2(argv, option, workflow, capsys):
+    from h3kit.scripts import cli
+
+    server = HostileHistory({"2": {"images": [{"filename": "a.png", "subfolder": "", "type": "output"}]}})
+    try:
+        with pytest.raises(SystemExit) as done:
+            cli.main([a.format(wf=workflow, url=server.url) for a in argv])
+    finally:
+        server.close()
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and "greater than 0" in err and "Traceback" not in err
+
+
+def test_every_numeric_option_of_every_command_uses_the_one_parser_type():
+    from h3kit.scripts import cli, options
+
+    numeric = []
+    stack = [cli.build_parser("h3kit")]
+    while stack:
+        parser = stack.pop()
+        for action in parser._actions:
+            if isinstance(action.choices, dict):
+                stack.extend(action.choices.values())
+            elif action.type in (int, float) or isinstance(action.type, options.Number):
+                numeric.append((action.option_strings, action.type))
+    assert len(numeric) >= 7
+    assert all(isinstance(kind, options.Number) for _, kind in numeric), numeric

@@ -29,6 +29,7 @@ SPLICE = ("tests/test_effects.py",)
 LOWVRAM = tuple(sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/test_lowvram*.py")))
 RUN = ("tests/test_run.py", "tests/test_exit_codes.py", "tests/test_cli.py")
 FORGED = ("tests/test_forged_output.py",)
+MEMORY = ("tests/test_memory_bounds.py",)
 HOST = ("tests/test_host_layout.py", "tests/test_run.py", "tests/test_server_routes.py")
 EFFECTS = ("tests/test_effects.py", "tests/test_h3_prompt.py", "tests/test_dialogue_tokens.py")
 TYPES = ("tests/test_host_types.py",)
@@ -184,4 +185,16 @@ MUTANTS: list[Mutant] = [
            "or unsafe_char(ch)}", "or ord(ch) < 32}", FORGED),
     Mutant("M50", "a validated file's name printed as it is", "scripts/validate.py",
            'summary = f"{word} {printable(path)}: ', 'summary = f"{word} {path}: ', FORGED),
+    # ------------------------------------------------------------------ issue 33: memory and time bounded by what is built
+    Mutant("M51", "JSON parsed without its value budget (only the byte cap)", "adapters/bounded_json.py",
+           "    check_budget(data, what, max_values)\n", "", MEMORY),
+    Mutant("M52", "CPU work on server data outside the deadline", "checks/deadline.py",
+           "    for deadline in reversed(_APPLIED.get()):", "    for deadline in ():", MEMORY),
+    Mutant("M53", "a view that repeats its data stored whole", "nodes/cond_cache_format.py",
+           "if materialised > real + MAX_EXPANSION_BYTES and worst is not None:", "if False:", MEMORY),
+    Mutant("M54", "a job's execution events kept without a cap", "adapters/comfy_jobs.py",
+           "if len(self.events) < MAX_KEPT_EVENTS and self.kept_bytes + size <= MAX_KEPT_EVENT_BYTES:", "if True:",
+           MEMORY),
+    Mutant("M55", "--timeout nan accepted (it never runs out)", "scripts/options.py",
+           "if isinstance(value, float) and not math.isfinite(value):", "if False:", RUN),
 ]
