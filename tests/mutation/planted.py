@@ -176,4 +176,12 @@ MUTANTS: list[Mutant] = [
            "if p.severity == ERROR and p.node_id not in runs", "if p.severity == ERROR and p.node_id in ()", TYPES),
     Mutant("M47", "the host's 100-slot cap dropped for named templates", "checks/node_inputs.py",
            'group["names"][:MAX_SLOTS]', 'group["names"]', TYPES),
+    # issue 33 item 1: nothing of the pack holds ComfyUI's event loop
+    Mutant("M48", "the on-prompt adaptation compares each undeclared key with every declared one",
+           "checks/host_layout.py", "targets = [d for d in declared_by_leaf.get(_leaf(key), ()) if",
+           "targets = [d for d in declared if", ("tests/test_event_loop.py",)),
+    Mutant("M49", "the preflight worker's parse never looks at its stop flag", "adapters/preflight_request.py",
+           "                                 f\"check a smaller graph, or use `{command('validate FILE')}`\")\n        stop()",
+           "                                 f\"check a smaller graph, or use `{command('validate FILE')}`\")",
+           ("tests/test_event_loop.py",)),
 ]
