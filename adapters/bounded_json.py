@@ -18,6 +18,8 @@ checked against `max_depth` without recursion. Each walk calls checks.deadline.c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from json.scanner import py_make_scanner
 from typing import Any
 
 from ..checks.deadline import CHECK_EVERY, check_time
@@ -54,18 +56,23 @@ def check_budget(data: str | bytes | bytearray | memoryview, what: str, max_valu
 
 
 def loads(data: str | bytes | bytearray | memoryview, what: str, *, max_depth: int = MAX_DEPTH,
-          max_bytes: int | None = None, unique_keys: bool = False, max_values: int = MAX_VALUES) -> Any:
+          max_bytes: int | None = None, unique_keys: bool = False, max_values: int = MAX_VALUES,
+          visit: Callable[[int], None] | None = None) -> Any:
     """Parse `data` (UTF-8 when bytes); `what` names the source in messages ("the workflow file x.json").
     `unique_keys`: a key repeated in one object is an error (json keeps the last one silently).
-    `max_values`: the budget of values parsing may build (count_values), checked before parsing."""
-    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
-    if max_bytes is not None and size > max_bytes:
+    `max_values`: the budget of values parsing may build (count_values), checked before parsing.
+    `visit`: called with the depth of each array and object before it is built, so a caller can count them or stop
+    the parse by raising; the parse then runs json's own pure-Python scanner (the C one never calls back, and holds
+    the interpreter lock from the first byte to the last, so no other thread runs), about 5x slower."""
+    size = None if max_bytes is None else len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
+    if size is not None and size > max_bytes:
         raise JSONLimitError(f"{what} is {size} bytes; at most {max_bytes} are accepted")
     check_time(f"reading {what}")
     check_budget(data, what, max_values)
     text = data if isinstance(data, str) else _utf8(data, what)
     try:
-        value = json.loads(text, parse_int=_parse_int, object_pairs_hook=_unique_object if unique_keys else None)
+        hooks: dict[str, Any] = {"parse_int": _parse_int, "object_pairs_hook": _unique_object if unique_keys else None}
+        value = json.loads(text, **hooks) if visit is None else _visiting(hooks, visit, max_depth).decode(text)
     except _RepeatedKey as exc:
         raise JSONLimitError(f"{what} has the key {printable_key(exc.args[0])} twice in one object (the second would "
                              "silently replace the first)") from exc
@@ -77,8 +84,7 @@ def loads(data: str | bytes | bytearray | memoryview, what: str, *, max_depth: i
         raise JSONLimitError(f"{what} holds a number with {exc.args[0]} digits; at most {MAX_INT_DIGITS} are "
                              "accepted") from exc
     check_time(f"reading {what}")
-    depth = nesting_depth(value, max_depth)
-    if depth > max_depth:
+    if visit is None and nesting_depth(value, max_depth) > max_depth:  # a visited parse stopped at max_depth itself
         raise JSONLimitError(f"{what} nests deeper than {max_depth} levels")
     return value
 
@@ -103,6 +109,31 @@ def nesting_depth(value: Any, limit: int) -> int:
             return deepest
         stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def _visiting(hooks: dict[str, Any], visit: Callable[[int], None], max_depth: int) -> json.JSONDecoder:
+    """json's decoder on its pure-Python scanner, calling `visit(depth)` before each array and object; nesting past
+    `max_depth` stops it there (a RecursionError, reported as the nesting) instead of at the interpreter's limit."""
+    decoder = json.JSONDecoder(**hooks)
+    depth = 0
+
+    def visited(parse: Callable[..., Any]) -> Callable[..., Any]:
+        def parse_container(*args: Any) -> Any:
+            nonlocal depth
+            depth += 1
+            try:
+                if depth > max_depth:
+                    raise RecursionError(depth)
+                visit(depth)
+                return parse(*args)
+            finally:
+                depth -= 1
+        return parse_container
+
+    decoder.parse_object = visited(decoder.parse_object)
+    decoder.parse_array = visited(decoder.parse_array)
+    decoder.scan_once = py_make_scanner(decoder)
+    return decoder
 
 
 class _TooManyDigits(Exception):

@@ -28,16 +28,16 @@ importing this module imports neither ComfyUI nor aiohttp, so the pack and its t
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..checks.environment import kitchen_version, local_checks
-from ..checks.host_layout import adapt_graph
+from ..checks.host_layout import MAX_NODE_KEYS, adapt_graph
 from ..checks.invocation import command
 from ..checks.problem import FAIL, INFO, PASS, WARN, Check, printable
 from ..checks.rules_files import ModelFiles
@@ -46,10 +46,12 @@ from ..checks.server import comfyui_version_check
 from ..checks.verdict import Verdict, verdict_of
 from ..checks.workflow import preflight_checks as graph_checks  # the one verdict; no rule lives here
 from . import preflight_request
+from .files import MAX_NAME_BYTES
 from .host import comfyui_version, host_loaded, host_module, render_devices
 from .log import LOG, MAX_LOG_LINE_CHARS, log_once
 from .model_folders import host_files
-from .preflight_request import MAX_NODES, RequestRefused, prompt_graph, read_json
+from .preflight_request import MAX_NODES, RequestRefused, parse_body, read_body
+from .preflight_workers import Abandoned, Busy, StopFlag, Workers
 
 PREFLIGHT_ROUTE = "/h3kit/preflight"
 # The graphs the editor checks before queueing: any H3Kit node, core MiniMax-H3 node or LTX(-AV) node.
@@ -57,6 +59,12 @@ WATCHED_NODE_PATTERN = r"^(H3Kit|MiniMaxH3|EmptyMiniMaxH3|LTXV|LTXAV)"
 WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / "workflows"
 TEMPLATE_SUFFIXES = {".json", ".jpg", ".jpeg", ".png", ".webp"}
 STATUS_ORDER = (PASS, INFO, WARN, FAIL)
+# What the on-prompt handler examines on ComfyUI's event loop; past either, the prompt is queued as sent, for
+# ComfyUI's own validation. Input keys, all nodes together (a 10,000-node graph of 20 inputs each; each key is one
+# set lookup), and input keys of the nodes examined key by key (those with an undeclared key or without a required
+# one: a SaveVideo in another version's layout has 4-6).
+MAX_HOOK_KEYS = 200_000
+MAX_HOOK_EXAMINED_KEYS = 10_000
 
 
 @dataclass
@@ -200,52 +208,98 @@ async def describe_preflight(request: Any) -> Any:
 
 
 @lru_cache(maxsize=1)
-def _checker() -> ThreadPoolExecutor:
-    """One thread for the checks: ComfyUI's event loop keeps serving while a graph is checked, and graphs sent
-    faster than they are checked wait in line (each within CHECK_S) instead of taking every core."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3kit-preflight")
+def _workers() -> Workers:
+    """The route's workers (adapters/preflight_workers.py): graphs are parsed and checked beside ComfyUI's event
+    loop, a few at once; more are answered 503 at once instead of waiting in a line no one can see."""
+    return Workers()
+
+
+def check_body(stop: StopFlag, chunks: list[bytes], pack: PackNodes) -> tuple[int, bytes]:
+    """A worker's part of the route: the body parsed and walked (preflight_request.parse_body: 400/413 with the
+    reason), the checks of `preflight_report` on this ComfyUI (`comfyui_host`), and the answer encoded, each step
+    ending the work (Abandoned) once `stop` is set. Returns (HTTP status, JSON body)."""
+    started = time.perf_counter()
+    try:
+        graph, absent = parse_body(chunks, stop)
+    except RequestRefused as refused:
+        return refused.status, encode({"error": refused.message, "fix": refused.fix}, stop)
+    report = preflight_report(graph, lambda full: (stop(), comfyui_host(full, pack))[1], absent)
+    stop()
+    report["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return 200, encode(report, stop)
+
+
+def encode(answer: dict, stop: StopFlag) -> bytes:
+    """The answer as JSON by json's pure-Python encoder (the C one holds the interpreter lock until the last byte;
+    an adapted prompt can be megabytes), `stop` called between pieces."""
+    pieces = []
+    for piece in json.JSONEncoder().iterencode(answer):
+        pieces.append(piece)
+        if len(pieces) % 4096 == 0:
+            stop()
+    return "".join(pieces).encode()
 
 
 async def handle_preflight(request: Any, pack: PackNodes) -> Any:
-    """The editor's check: the body's transport and shape by adapters/preflight_request.py (400/413 with the
-    reason), then the checks of `preflight_report` on this ComfyUI (`comfyui_host`)."""
+    """The editor's check: the body read here (preflight_request.read_body: it only awaits chunks), everything else
+    in a worker (`check_body`); 503 at once when every worker is busy and the line is full; 413 when the answer
+    takes longer than CHECK_S. Whatever ends the request, its worker is told to stop."""
     from aiohttp import web
 
-    started = time.perf_counter()
+    workers = _workers()
     try:
-        graph, absent = prompt_graph(await read_json(request))
+        job = workers.admit()
+    except Busy as busy:
+        response = _error(web, 503, f"H3Kit's preflight is already working on {busy.admitted} graphs (at most "
+                          f"{workers.workers} at once, {workers.capacity - workers.workers} waiting)",
+                          "try again in a moment, or use Run anyway to queue the graph unchecked")
+        response.headers["Retry-After"] = "5"
+        return response
+    try:
+        chunks = await read_body(request)
+        status, body = await workers.run(job, check_body, chunks, pack, timeout=preflight_request.CHECK_S,
+                                         gone=lambda: request.transport is None or request.transport.is_closing())
     except RequestRefused as refused:
         return _error(web, refused.status, refused.message, refused.fix)
-    try:
-        report = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-            _checker(), preflight_report, graph, lambda full: comfyui_host(full, pack), absent), preflight_request.CHECK_S)
     except asyncio.TimeoutError:
         return _error(web, 413, f"the graph could not be checked within {preflight_request.CHECK_S:.0f} s",
                       f"check a smaller graph, or run `{command('validate FILE')}` on the exported API graph")
+    except Abandoned:
+        return _error(web, 499, "the client left before the graph was checked", "nothing to do")
     except Exception as exc:  # noqa: BLE001 - the editor must hear that the check broke, and why
-        LOG.error("H3Kit: the editor preflight failed on a %d-node graph", len(graph), exc_info=True)
+        LOG.error("H3Kit: the editor preflight failed", exc_info=True)
         return _error(web, 500, f"the preflight itself failed ({type(exc).__name__}: {printable(exc, 500)})",
                       f"see the ComfyUI log; `{command('doctor --workflow FILE')}` runs the same checks")
-    report["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
-    return web.json_response(report)
+    finally:
+        workers.done(job)
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 def template_file(name: str) -> Path | None:
-    """A file directly in the pack's workflows/ folder with a template suffix; None for anything else."""
+    """A file directly in the pack's workflows/ folder with a template suffix; None for anything else (a name no
+    file system can hold included: the OS would refuse to even look it up)."""
     if not name or Path(name).name != name or name.startswith(".") or "\\" in name:
         return None
-    if Path(name).suffix.lower() not in TEMPLATE_SUFFIXES:
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or Path(name).suffix.lower() not in TEMPLATE_SUFFIXES:
         return None
     path = WORKFLOWS_DIR / name
-    return path if path.is_file() else None
+    try:
+        return path if path.is_file() else None
+    except (OSError, ValueError):  # a NUL, or a name the OS refuses for its own reasons: no such template
+        return None
 
 
 async def serve_template(request: Any) -> Any:
     from aiohttp import web
 
-    path = template_file(request.match_info.get("name", ""))
+    name = request.match_info.get("name", "")
+    path = template_file(name)
     if path is None:
-        raise web.HTTPNotFound()
+        size = len(name.encode("utf-8", "surrogatepass"))
+        why = (f"a name of {size:,} bytes (file names are at most {MAX_NAME_BYTES})" if size > MAX_NAME_BYTES
+               else f"'{printable(name, 80)}'")
+        raise web.HTTPNotFound(text=f"H3Kit has no template {why}: its templates are the .json files (and their "
+                               "thumbnails) directly in its workflows/ folder, listed by GET /workflow_templates")
     return web.FileResponse(path)
 
 
@@ -253,18 +307,40 @@ def adapt_queued_prompt(json_data: Any) -> Any:
     """ComfyUI's on-prompt handler: a prompt queued by any client (the editor, a script, another tool) is moved to
     this host's input layout before ComfyUI validates it (checks.host_layout), so SaveVideo's keys from another
     ComfyUI version no longer pass /prompt and die after rendering. Only keys move, never values; each change is
-    logged. A prompt that is not an API graph is passed on untouched for ComfyUI to refuse."""
+    logged. A prompt that is not an API graph is passed on untouched for ComfyUI to refuse.
+
+    It runs on ComfyUI's event loop, so its work is bounded and linear: a prompt of more than MAX_NODES nodes,
+    MAX_HOOK_KEYS input keys in all or MAX_HOOK_EXAMINED_KEYS on nodes to examine key by key, and any node of more
+    than host_layout.MAX_NODE_KEYS keys, is queued as sent (ComfyUI's own validation gives the verdict), with one
+    log line saying so."""
     graph = json_data.get("prompt") if isinstance(json_data, dict) else None
-    if not isinstance(graph, dict) or not graph or len(graph) > MAX_NODES:
+    if not isinstance(graph, dict) or not graph:
+        return json_data
+    keys = 0 if len(graph) > MAX_NODES else sum(len(n["inputs"]) for n in graph.values()
+                                                if isinstance(n, dict) and isinstance(n.get("inputs"), dict))
+    if len(graph) > MAX_NODES or keys > MAX_HOOK_KEYS:
+        LOG.warning("H3Kit: a queued prompt of %s nodes and %s input keys was not adapted to this ComfyUI's input "
+                    "layout (at most %s nodes and %s keys are examined on the server's event loop); it is queued as "
+                    "sent", f"{len(graph):,}", f"{keys:,}", f"{MAX_NODES:,}", f"{MAX_HOOK_KEYS:,}")
         return json_data
     try:
         types = [n.get("class_type") for n in graph.values() if isinstance(n, dict) and isinstance(n.get("class_type"), str)]
         schemas, _ = node_schemas(served_node_classes(), types)
-        adaptation = adapt_graph(graph, schemas)
+        adaptation = adapt_graph(graph, schemas, deep=False, budget=MAX_HOOK_EXAMINED_KEYS)
     except Exception:  # noqa: BLE001 - never block a prompt on our side; ComfyUI validates it as sent
         LOG.error("H3Kit: could not adapt a queued prompt to this ComfyUI's input layout; it is queued as sent",
                   exc_info=True)
         return json_data
+    if adaptation.over_budget:
+        LOG.warning("H3Kit: a queued prompt has more than %s input keys on nodes with an input this ComfyUI does not "
+                    "declare or without a required one, so it was not adapted to this ComfyUI's input layout (they "
+                    "are examined on the server's event loop); it is queued as sent", f"{MAX_HOOK_EXAMINED_KEYS:,}")
+        return json_data
+    if adaptation.skipped:
+        shown = ", ".join(adaptation.skipped[:5]) + (", ..." if len(adaptation.skipped) > 5 else "")
+        LOG.warning("H3Kit: %s node(s) of a queued prompt have more than %s input keys and were not adapted to this "
+                    "ComfyUI's input layout (node %s); they are queued as sent", len(adaptation.skipped),
+                    f"{MAX_NODE_KEYS:,}", printable(shown, 200))
     if adaptation.changes:
         LOG.warning("H3Kit adapted a queued prompt to this ComfyUI's input layout: %s",
                     printable(adaptation.summary(), MAX_LOG_LINE_CHARS))  # the client's keys: one escaped line

@@ -8,6 +8,7 @@ TinyH3VAELoader   the host's VAELoader for the tiny MiniMax-H3 VAEs of tests/tin
                   refused.
 H3KitTestTinyTextEncoderLoader   the CLIPLoader for the tiny H3 text encoder, defined in tests/tiny_h3_text_encoder.py
                   (registered here so every test server has it).
+GET /h3kit_test/loop_lag   a timer task on the server's event loop: how late it woke (loop_probe.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+
+from .loop_probe import register as _register_loop_probe
 
 SIZES_KEY = "h3kit_tiny_sizes"
 
@@ -69,3 +72,5 @@ def _text_encoder_module():
 
 NODE_CLASS_MAPPINGS = {"TinyH3VAELoader": TinyH3VAELoader, **_text_encoder_module().NODE_CLASS_MAPPINGS}
 NODE_DISPLAY_NAME_MAPPINGS = {"TinyH3VAELoader": "Tiny H3 VAE Loader (test stand-in)"}
+
+_register_loop_probe()

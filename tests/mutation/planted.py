@@ -197,4 +197,12 @@ MUTANTS: list[Mutant] = [
            MEMORY),
     Mutant("M55", "--timeout nan accepted (it never runs out)", "scripts/options.py",
            "if isinstance(value, float) and not math.isfinite(value):", "if False:", RUN),
+    # issue 33 item 1: nothing of the pack holds ComfyUI's event loop
+    Mutant("M56", "the on-prompt adaptation compares each undeclared key with every declared one",
+           "checks/host_layout.py", "targets = [d for d in declared_by_leaf.get(_leaf(key), ()) if",
+           "targets = [d for d in declared if", ("tests/test_event_loop.py",)),
+    Mutant("M57", "the preflight worker's parse never looks at its stop flag", "adapters/preflight_request.py",
+           "                                 f\"check a smaller graph, or use `{command('validate FILE')}`\")\n        stop()",
+           "                                 f\"check a smaller graph, or use `{command('validate FILE')}`\")",
+           ("tests/test_event_loop.py",)),
 ]
