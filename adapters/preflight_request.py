@@ -113,7 +113,8 @@ def _loads(text: str | bytes, stop: Callable[[], None]) -> Any:
     failure: Exception | None = None
     with cyclic_gc_paused():
         try:
-            return bounded_json.loads(text, "the body", max_depth=MAX_WORKFLOW_DEPTH, unique_keys=True, visit=visit)
+            return bounded_json.loads(text, "the body", max_depth=MAX_WORKFLOW_DEPTH, unique_keys=True, visit=visit,
+                                      max_values=bounded_json.MAX_VALUES)
         except bounded_json.JSONLimitError as exc:
             failure = RequestRefused(400, str(exc))
         except (RequestRefused, Abandoned) as exc:  # a budget, or nobody waits: re-raised without the parse's frames

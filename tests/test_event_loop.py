@@ -349,6 +349,7 @@ def test_a_worker_given_up_stops_and_the_next_graph_gets_its_verdict(table, monk
     array, frees its slot, and an ordinary graph right after gets its verdict."""
     monkeypatch.setattr(preflight_request, "CHECK_S", 0.3)
     monkeypatch.setattr(preflight_request, "MAX_CONTAINERS", 10**7)  # the parse of 900,000 runs on, for seconds
+    monkeypatch.setattr(preflight_request.bounded_json, "MAX_VALUES", 10**8)  # (the value budget would refuse it)
     workers = Workers(workers=1, waiting=0)
     monkeypatch.setattr(server_routes, "_workers", lambda: workers)
     built = []
