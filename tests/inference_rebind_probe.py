@@ -2,6 +2,7 @@
 host's own LTX-2 audio-video model and its own ModelPatcher, and H3KitRefineSetup's load callback against it.
 
     <host python> tests/inference_rebind_probe.py <pack root>    -> one JSON object on the last stdout line
+    <host python> tests/inference_rebind_probe.py <pack root> --cuda    (on a GPU: the literal chain, below)
 
 A tiny LTXAVModel checkpoint is written to a safetensors file and loaded by the host's `load_diffusion_model` under
 torch.inference_mode (as its executor runs UNETLoader). Then the move a GPU makes when the prompt worker handles
@@ -13,6 +14,11 @@ On a CPU box nothing is copied at load, so the host case stops at the first view
 `weight.t()`); "host_leaf_moved" also makes the copy a GPU load makes of every layer (resident ones moved to the GPU,
 offloaded ones cast per call, both inside inference mode), which leaves only the non-leaf tables as they were: the
 failure the H200 clip showed (av_model.py, `scale_shift_table[indices]`).
+
+--cuda (a GPU machine, no stand-ins): the model is loaded whole by the host's load_models_gpu under inference mode
+(the uncapped run), unloaded by the host's own unload_all_models() outside it (what main.py does for "Unload
+Models", and what bench_clip.py did between configurations in run D7), then loaded partially by its ModelPatcher
+and run; the same with H3KitRefineSetup's clone.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ from pathlib import Path
 sys.path.insert(0, os.getcwd())
 from comfy.cli_args import args  # noqa: E402
 
-args.cpu = True  # model_management reads this at import: never touch a GPU here
+CUDA = "--cuda" in sys.argv
+args.cpu = not CUDA  # model_management reads this at import: never touch a GPU unless asked
+import comfy.model_management as mm  # noqa: E402
 import comfy.ops  # noqa: E402
 import comfy.sd  # noqa: E402
 import torch  # noqa: E402
@@ -67,7 +75,9 @@ def load(path: Path):
 
 def inputs():
     gen = torch.Generator().manual_seed(1)
-    return [torch.randn(1, 128, 2, 4, 4, generator=gen)], torch.tensor([0.5]), torch.randn(1, 16, 64, generator=gen)
+    device = mm.get_torch_device()
+    x, t, context = torch.randn(1, 128, 2, 4, 4, generator=gen), torch.tensor([0.5]), torch.randn(1, 16, 64, generator=gen)
+    return [x.to(device)], t.to(device), context.to(device)
 
 
 def forward(patcher) -> dict:
@@ -91,8 +101,35 @@ def detached(module, helpers) -> list[str]:
 
 def partial_load(patcher) -> bool:
     with torch.inference_mode():
-        patcher.load(torch.device("cpu"), lowvram_model_memory=patcher.model_size() // 2)
+        patcher.load(mm.get_torch_device(), lowvram_model_memory=patcher.model_size() // 2)
     return bool(patcher.model.model_lowvram)
+
+
+def cuda_chain(path: Path, pipeline, helpers) -> dict:
+    """On a GPU: whole load, the host's unload outside inference mode, partial load, forward; host and pack."""
+    result: dict = {"device": torch.cuda.get_device_name()}
+    fresh = load(path)
+    with torch.inference_mode():
+        mm.load_models_gpu([fresh])
+    reference = forward(fresh)["output"].cpu()
+    mm.unload_all_models()
+    for case in ("host", "pack"):
+        patcher = load(path)
+        if case == "pack":
+            patcher = pipeline.H3KitRefineSetup().execute(patcher)[0]
+        with torch.inference_mode():
+            mm.load_models_gpu([patcher])
+        whole = forward(patcher)
+        mm.unload_all_models()  # outside inference mode, as main.py's prompt worker calls it
+        result[f"{case}_whole_ok"] = "output" in whole
+        result[f"{case}_detached_after_unload"] = len(detached(patcher.model.diffusion_model, helpers))
+        result[f"{case}_partial"] = partial_load(patcher)
+        run = forward(patcher)
+        result[case] = {k: v for k, v in run.items() if k != "output"}
+        if "output" in run:
+            result[case]["bitwise_equal_to_fresh"] = bool(torch.equal(run["output"].cpu(), reference))
+        mm.unload_all_models()
+    return result
 
 
 def main() -> dict:
@@ -100,6 +137,8 @@ def main() -> dict:
     folder = Path(tempfile.mkdtemp(prefix="h3kit-rebind-"))
     path = folder / "ltx_tiny.safetensors"
     write_checkpoint(path)
+    if CUDA:
+        return cuda_chain(path, pipeline, helpers)
     result: dict = {}
 
     fresh = load(path)
