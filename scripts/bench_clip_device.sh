@@ -11,6 +11,7 @@ SITE=${SITE:-/root/clipsite}
 ROOT=${CLIP_ROOT:-/root/clip}
 HOST=$ROOT/comfyui-0.33.0
 CODE=$ROOT/h3kit
+PY=${PY:-python3}
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
 step=$1
 shift
@@ -29,12 +30,12 @@ case $step in
     df -h / /root /tmp /dev/shm | sed 1d
     free -g | sed -n 2p
     nproc
-    python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.backends.cudnn.version())"
-    python3 -c "import comfy_kitchen, comfy_aimdo, importlib.metadata as m; print('kitchen', m.version('comfy-kitchen'), 'aimdo', m.version('comfy-aimdo'))" ;;
+    $PY -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.backends.cudnn.version())"
+    $PY -c "import comfy_kitchen, comfy_aimdo, importlib.metadata as m; print('kitchen', m.version('comfy-kitchen'), 'aimdo', m.version('comfy-aimdo'))" ;;
   probe)
-    cd "$HOST" && python3 "$CODE/tests/inference_rebind_probe.py" "$CODE" --cuda 2>&1 | tail -n 3 ;;
+    cd "$HOST" && $PY "$CODE/tests/inference_rebind_probe.py" "$CODE" --cuda 2>&1 | tail -n 3 ;;
   bench)
-    cd "$CODE" && python3 scripts/bench_clip.py --host "$HOST" "$@" ;;
+    cd "$CODE" && $PY scripts/bench_clip.py --host "$HOST" "$@" ;;
   *)
     echo "unknown step $step" >&2
     exit 2 ;;
