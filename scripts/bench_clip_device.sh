@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU recipe of docs/benchmarks.md ("The clip under VRAM caps"): run on the device machine from a folder that
 # holds what the calls carry (wheels unpacked into SITE, the host tree, this pack's tree), steps in order:
-#   bench_clip_device.sh setup CARRY   unzip CARRY/*.whl|*.zip into SITE, untar CARRY/comfyui.tar.xz and code.tar.gz
+#   bench_clip_device.sh setup CARRY   unpack CARRY/*.whl and *.zip into SITE, untar CARRY/comfyui.tar.xz, code.tar.gz
 #   bench_clip_device.sh info          machine, disk, memory, packages
 #   bench_clip_device.sh probe         issue 31's chain on the GPU (tests/inference_rebind_probe.py --cuda)
 #   bench_clip_device.sh bench ARGS    scripts/bench_clip.py --host HOST ARGS (PYTHONUNBUFFERED, SITE on the path)
@@ -20,7 +20,7 @@ case $step in
     carry=$1
     mkdir -p "$SITE" "$CODE"
     for wheel in "$carry"/*.whl "$carry"/*.zip; do
-      [ -e "$wheel" ] && unzip -q -o "$wheel" -d "$SITE"
+      [ -e "$wheel" ] && $PY -m zipfile -e "$wheel" "$SITE"  # the machine has no unzip
     done
     [ -e "$carry/comfyui.tar.xz" ] && tar -xJf "$carry/comfyui.tar.xz" -C "$ROOT"
     [ -e "$carry/code.tar.gz" ] && rm -rf "$CODE" && mkdir -p "$CODE" && tar -xzf "$carry/code.tar.gz" -C "$CODE"

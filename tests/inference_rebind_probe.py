@@ -82,6 +82,8 @@ def inputs():
 
 def forward(patcher) -> dict:
     x, t, context = inputs()
+    dtype = patcher.model_dtype()  # the host's apply_model hands the net its inputs in this dtype (bf16 on a GPU)
+    x, context = [v.to(dtype) for v in x], context.to(dtype)
     try:
         with torch.inference_mode():
             out = patcher.model.diffusion_model(x, t, context, frame_rate=24)
