@@ -76,3 +76,49 @@ def install_sampling_summary(patched: Any, key: str, wrapper: Any, report: Repor
     except (HostUnavailable, AttributeError) as exc:
         report.fallback("no_wrapper", f"no per-sampling count summary in the log ({type(exc).__name__}: {exc}); "
                                       "the node still works")
+
+
+INFERENCE_REBIND_KEY = "h3kit_inference_rebind"
+
+
+def install_inference_rebind(model: Any, node: str, report: Report) -> Any:
+    """A clone of `model` whose every load re-marks parameters a move outside inference mode left without a version
+    counter (adapters/inference_tensors.py: ComfyUI's "Unload Models" under the legacy model patcher, then a partial
+    load of LTX-2 AV). Weights and results are unchanged; a model that is no ComfyUI ModelPatcher is returned as is,
+    a host without load callbacks is a reported fallback."""
+    from ..adapters.host import HostUnavailable, host_module
+
+    if not (hasattr(model, "clone") and hasattr(model, "add_callback_with_key")):
+        report.set(inference_rebind="not installed: the model has no clone()/add_callback_with_key (not a ComfyUI "
+                                    "ModelPatcher)")
+        return model
+    try:
+        on_load = host_module("comfy.patcher_extension").CallbacksMP.ON_LOAD
+    except (HostUnavailable, AttributeError) as exc:
+        report.fallback("no_load_callback", f"no load callback on this ComfyUI ({type(exc).__name__}: {exc}): "
+                                            "parameters are not re-marked after 'Unload Models'; use 'Free model and "
+                                            "node cache' instead if a partially loaded LTX-2 block stops with "
+                                            "'Inference tensors do not track version counter'")
+        return model
+    patched = model.clone()
+    if hasattr(patched, "remove_callbacks_with_key"):
+        patched.remove_callbacks_with_key(on_load, INFERENCE_REBIND_KEY)
+
+    def rebind_on_load(patcher: Any, *_args: Any) -> None:
+        from ..adapters.inference_tensors import rebind_as_inference
+
+        done = rebind_as_inference(patcher.model)
+        family = type(patcher.model).__name__
+        if done.rebound:
+            log_once(f"{node}:inference_rebind", f"{node}: {len(done.rebound)} parameters of {family} had been moved "
+                     f"outside inference mode (ComfyUI's 'Unload Models' between prompts), e.g. {done.rebound[0]}; "
+                     "re-marked as inference tensors over the same memory (no copy, values unchanged), so a partially "
+                     "loaded block does not stop with 'Inference tensors do not track version counter'")
+        if done.skipped:
+            log_once(f"{node}:inference_rebind_skipped", f"{node}: {len(done.skipped)} parameters of {family} have "
+                     f"no version counter and cannot be re-marked in place: {', '.join(done.skipped[:4])}. If sampling "
+                     "stops with 'Inference tensors do not track version counter', use 'Free model and node cache' "
+                     "instead of 'Unload Models'")
+    patched.add_callback_with_key(on_load, INFERENCE_REBIND_KEY, rebind_on_load)
+    report.set(inference_rebind="on every load of this model")
+    return patched

@@ -19,7 +19,7 @@ from ..adapters.host import host_choices, host_loaded, host_module
 from ..checks import facts
 from ..checks import geometry as pm
 from ..kernels import frames as fk
-from .common import H3KitInputError, Report, category
+from .common import H3KitInputError, Report, category, install_inference_rebind
 
 CATEGORY = category("Pipeline")
 GUARD_MODES = ("error", "warn")
@@ -314,7 +314,8 @@ class H3KitRefineSetup:
         return {
             "required": {
                 "model": ("MODEL", {"tooltip": "The LTX-2.5 distilled refiner (UNETLoader or UnetLoaderGGUF). "
-                                    "Returned unchanged."}),
+                                    "Returned with the same weights; each load re-marks parameters that ComfyUI's 'Unload Models' moved "
+                                    "outside inference mode (issue 31)."}),
                 "schedule": (list(facts.SCHEDULE_CHOICES), {"default": facts.DEFAULT_SCHEDULE,
                                                              "tooltip": schedule_tooltip()}),
                 "manual_sigmas": ("STRING", {"default": facts.SIGMA_EXAMPLE, "multiline": False, "tooltip":
@@ -343,6 +344,7 @@ class H3KitRefineSetup:
         sigmas = torch.tensor(values, dtype=torch.float32)
         report.set(schedule=schedule, sigmas=values, steps=len(values) - 1, first_sigma=values[0],
                    sampler=sampler, allow_repaint=bool(allow_repaint))
+        model = install_inference_rebind(model, node, report)
         return (model, sampler_obj, sigmas, report.json())
 
     def _check_model_family(self, model: Any, report: Report) -> None:

@@ -35,11 +35,14 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
+import math
 import platform
 import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -78,13 +81,26 @@ TINY_SIZES = {"draft": (128, 64, 22), "target": (256, 128)}
 # synthetic model files
 
 
+@dataclass
+class ModelSpec:
+    """A model file's content: the host class on the meta device, its storage dtype, the header metadata the host's
+    loader reads, tensors with given values, and the prefixes of its transformer blocks (quantized in "fp8")."""
+
+    module: torch.nn.Module
+    dtype: torch.dtype
+    metadata: dict[str, str] = field(default_factory=dict)
+    fixed: dict[str, torch.Tensor] = field(default_factory=dict)
+    blocks: tuple[str, ...] = ()
+
+
 class SyntheticFiles:
-    """The shipped model file names, each answered by a state dict of the host's class with random values."""
+    """The shipped model file names, each answered by a state dict of the host's class with random values, or
+    (`write`) written as a file for the host's own loaders to read from disk (scripts/bench_weights.py)."""
 
     def __init__(self, host, tiny: bool, seed: int = 0):
         import bench_hostlib as lib
 
-        self.lib, self.tiny = lib, tiny
+        self.lib, self.tiny, self.seed = lib, tiny, seed
         self.pool = lib.RandomPool(seed, elements=1 << 20 if tiny else lib.POOL_ELEMENTS,
                                    device="cuda" if torch.cuda.is_available() else "cpu")
         self.builders = {
@@ -97,19 +113,52 @@ class SyntheticFiles:
             "ltx-2.5-22b-distilled-transformer-nvfp4.safetensors": ("diffusion_models", self.ltx_dit),
         }
         self.built: dict[str, dict] = {}
+        self.on_disk: set[str] = set()
 
     def place(self, models_dir: Path) -> None:
         """Empty files of the shipped names, so the host's folder lists and loaders find them."""
         for name, (folder, _build) in self.builders.items():
             (models_dir / folder).mkdir(parents=True, exist_ok=True)
-            (models_dir / folder / name).touch()
+            target = models_dir / folder / name
+            if not target.exists():
+                target.touch()
+
+    def write(self, models_dir: Path, which: str, dit_format: str, pack_module: str) -> None:
+        """Write the models of `which` (dits | all) as .safetensors files under the shipped names, the two DiTs in
+        `dit_format`; the host's loaders then read them from disk (mmap) as a user's files."""
+        import bench_weights
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        for name, (folder, build) in self.builders.items():
+            spec = build()
+            if not isinstance(spec, ModelSpec) or which == "dits" and not spec.blocks:
+                continue
+            layers = bench_weights.quantized_layers(spec.module, spec.blocks) if dit_format == "fp8" else []
+            entries = bench_weights.plan(spec.module, spec.dtype, self.lib.init_value, self.lib.fp32_island,
+                                         layers, spec.fixed)
+            metadata = {**spec.metadata, **bench_weights.quantization_metadata(layers)}
+            target = models_dir / folder / name
+            if target.exists() and target.stat().st_size == 0:
+                target.unlink()  # a placeholder of place()
+            info = bench_weights.write(target, entries, metadata, self.pool.tensor, pack_module, device, self.seed)
+            self.built[name] = {**info, "params": sum(math.prod(e.shape) for e in entries if e.scale_of is None),
+                                "format": dit_format if spec.blocks else str(spec.dtype).replace("torch.", ""),
+                                "fp8_layers": len(layers)}
+            self.on_disk.add(name)
+            print(json.dumps({"model_file": self.built[name]}), flush=True)
 
     def load(self, path: str) -> tuple[dict, dict] | None:
         name = Path(path).name
-        if name not in self.builders:
+        if name not in self.builders or name in self.on_disk:
             return None
         start = time.perf_counter()
-        sd, metadata = self.builders[name][1]()
+        spec = self.builders[name][1]()
+        if isinstance(spec, ModelSpec):
+            sd = self.lib.synthetic_state_dict(spec.module, self.pool, spec.dtype)
+            sd.update(spec.fixed)
+            metadata = spec.metadata
+        else:
+            sd, metadata = spec
         params = sum(t.numel() for t in sd.values())
         self.built[name] = {"params": params, "gib": round(sum(t.numel() * t.element_size() for t in sd.values()) / GIB,
                                                             2), "build_s": round(time.perf_counter() - start, 2)}
@@ -127,14 +176,14 @@ class SyntheticFiles:
         finally:
             memory.aimdo_enabled = was
 
-    def h3_dit(self):
+    def h3_dit(self) -> ModelSpec:
         import comfy.ops
         from comfy.ldm.minimax.model import MiniMaxH3Model
         module = self._meta(lambda: MiniMaxH3Model(**(H3_DIT_TINY if self.tiny else H3_DIT), dtype=torch.bfloat16,
                                                    operations=comfy.ops.disable_weight_init))
-        sd = self.lib.synthetic_state_dict(module, self.pool, torch.bfloat16)
-        sd["rope.inv_freq"] = self.lib.h3_inv_freq(sd["rope.inv_freq"].numel())
-        return sd, {}
+        rope = module.state_dict()["rope.inv_freq"]
+        return ModelSpec(module, torch.bfloat16, fixed={"rope.inv_freq": self.lib.h3_inv_freq(rope.numel())},
+                         blocks=("blocks.",))
 
     def h3_lora(self):
         cfg = H3_DIT_TINY if self.tiny else H3_DIT
@@ -153,36 +202,36 @@ class SyntheticFiles:
                 sd[f"{key}.alpha"] = torch.tensor(float(rank))
         return sd, {}
 
-    def h3_video_vae(self):
+    def h3_video_vae(self) -> ModelSpec:
         from comfy.ldm.minimax.vae import MiniMaxH3VideoVAE
-        module = self._meta(lambda: MiniMaxH3VideoVAE(**tiny_h3_vae_kwargs() if self.tiny else {}))
-        return self.lib.synthetic_state_dict(module, self.pool, torch.float16), {}
+        return ModelSpec(self._meta(lambda: MiniMaxH3VideoVAE(**tiny_h3_vae_kwargs() if self.tiny else {})),
+                         torch.float16)
 
-    def h3_audio_vae(self):
+    def h3_audio_vae(self) -> ModelSpec:
         from comfy.ldm.minimax.audio_vae import MiniMaxH3AudioVAE
-        module = self._meta(lambda: MiniMaxH3AudioVAE(**tiny_h3_audio_kwargs() if self.tiny else {}))
-        return self.lib.synthetic_state_dict(module, self.pool, torch.float32), {}
+        return ModelSpec(self._meta(lambda: MiniMaxH3AudioVAE(**tiny_h3_audio_kwargs() if self.tiny else {})),
+                         torch.float32)
 
-    def ltx_vae(self):
+    def ltx_vae(self) -> ModelSpec:
         from comfy.ldm.lightricks.vae.causal_video_autoencoder import VideoVAE
         config = ltx_vae_config(self.tiny)
         module = self._meta(lambda: VideoVAE(version=2, config=config))
-        return self.lib.synthetic_state_dict(module, self.pool, torch.bfloat16), {"config": json.dumps({"vae": config})}
+        return ModelSpec(module, torch.bfloat16, {"config": json.dumps({"vae": config})})
 
-    def upsampler(self):
+    def upsampler(self) -> ModelSpec:
         import comfy.ops
         from comfy.ldm.lightricks.latent_upsampler import LatentUpsampler
         config = dict(UPSAMPLER, mid_channels=32, num_blocks_per_stage=1) if self.tiny else UPSAMPLER
         module = self._meta(lambda: LatentUpsampler.from_config(config, operations=comfy.ops.disable_weight_init))
-        return self.lib.synthetic_state_dict(module, self.pool, torch.bfloat16), {"config": json.dumps(config)}
+        return ModelSpec(module, torch.bfloat16, {"config": json.dumps(config)})
 
-    def ltx_dit(self):
+    def ltx_dit(self) -> ModelSpec:
         import comfy.ops
         from comfy.ldm.lightricks.av_model import LTXAVModel
         config = LTX_DIT_TINY if self.tiny else LTX_DIT
         module = self._meta(lambda: LTXAVModel(**config, dtype=torch.bfloat16, operations=comfy.ops.disable_weight_init))
-        sd = self.lib.synthetic_state_dict(module, self.pool, torch.bfloat16)
-        return sd, {"config": json.dumps({"transformer": config})}
+        return ModelSpec(module, torch.bfloat16, {"config": json.dumps({"transformer": config})},
+                         blocks=("transformer_blocks.",))
 
 
 def tiny_h3_vae_kwargs() -> dict:
@@ -332,6 +381,12 @@ STAGES = {  # node id -> stage, for both graphs
     "24": "latent upsample", "32": "LTX refine sampling", "33": "guards", "34": "LTX decode", "35": "guards",
     "40": "video mux + save", "41": "video mux + save",
 }
+def stage_of(graph: dict, node_id: str) -> str:
+    if node_id in STAGES:
+        return STAGES[node_id]
+    return "loaders" if graph.get(node_id, {}).get("class_type") in LOADERS else "other"
+
+
 LOADERS = {"UNETLoader", "LoraLoaderModelOnly", "VAELoader", "LatentUpscaleModelLoader", "H3KitBenchCachedText",
            "H3KitLoadConditioning"}
 
@@ -341,42 +396,102 @@ LOADERS = {"UNETLoader", "LoraLoaderModelOnly", "VAELoader", "LatentUpscaleModel
 
 
 class StubServer:
-    """What PromptExecutor needs of ComfyUI's server: it records when each node starts (CUDA synchronised)."""
+    """What PromptExecutor needs of ComfyUI's server: it records when each node starts (CUDA synchronised), and
+    per node the peak allocated by torch while it ran (the peak counter is reset at each node start)."""
 
     def __init__(self):
         self.client_id, self.last_node_id, self.last_prompt_id = None, None, None
         self.sockets_metadata: dict = {}
         self.events: list[tuple[float, str, Any]] = []
+        self.current: str | None = None
+        self.peaks: dict[str, int] = {}
 
     def send_sync(self, event: str, data: Any, sid: Any = None) -> None:
         if event in ("executing", "execution_error", "execution_success", "execution_cached", "execution_interrupted"):
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
+                if self.current is not None:
+                    self.peaks[self.current] = max(self.peaks.get(self.current, 0), torch.cuda.max_memory_allocated())
+                torch.cuda.reset_peak_memory_stats()
             self.events.append((time.perf_counter(), event, data))
+            if event == "executing":
+                node = data.get("node") if isinstance(data, dict) else None
+                self.current = str(node) if node is not None else None
 
     def queue_updated(self) -> None:
         pass
 
+    def clear(self) -> None:
+        self.events.clear()
+        self.peaks.clear()
+        self.current = None
+
 
 class LoadTimer:
-    """Wraps the host's load_models_gpu: total seconds spent in it (CUDA synchronised)."""
+    """Wraps the host's load_models_gpu: seconds spent in it (CUDA synchronised), per node of `server`, and what each
+    call left on the GPU: per model, GiB resident of its size (a partial load leaves the rest in RAM)."""
 
-    def __init__(self, mm):
-        self.mm, self.seconds, self.calls = mm, 0.0, 0
+    def __init__(self, mm, server: StubServer):
+        self.mm, self.server, self.seconds, self.calls = mm, server, 0.0, 0
+        self.per_node: dict[str, float] = {}
+        self.resident: dict[str, list[str]] = {}
         self.original = mm.load_models_gpu
 
-        def timed(*args, **kwargs):
+        def timed(models, *args, **kwargs):
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             start = time.perf_counter()
             try:
-                return self.original(*args, **kwargs)
+                return self.original(models, *args, **kwargs)
             finally:
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
-                self.seconds += time.perf_counter() - start
+                seconds = time.perf_counter() - start
+                self.seconds += seconds
                 self.calls += 1
+                node = self.server.current or "?"
+                self.per_node[node] = self.per_node.get(node, 0.0) + seconds
+                self.resident.setdefault(node, []).extend(_resident(models))
         mm.load_models_gpu = timed
+
+    def clear(self) -> None:
+        self.seconds, self.calls = 0.0, 0
+        self.per_node.clear()
+        self.resident.clear()
+
+
+def _resident(models) -> list[str]:
+    out = []
+    for patcher in models:
+        try:
+            name = type(patcher.model).__name__
+            formats: dict[str, int] = {}
+            for module in patcher.model.modules():
+                quant = getattr(module, "quant_format", None)
+                if quant:
+                    formats[quant] = formats.get(quant, 0) + 1
+            quantized = "".join(f", {count} {fmt} layers" for fmt, count in formats.items())
+            out.append(f"{name} {patcher.loaded_size() / GIB:.1f}/{patcher.model_size() / GIB:.1f} GiB{quantized}")
+        except Exception as exc:  # noqa: BLE001 - a report line, never a reason to stop the run
+            out.append(f"{type(patcher).__name__}: {type(exc).__name__}")
+    return out
+
+
+class MemoryLog(logging.Handler):
+    """The host's own lines about loading and offloading ("loaded partially; ... offloaded", dynamic VRAM's
+    "prepared ..."), kept per node of `server`."""
+
+    KEYS = ("loaded partially", "loaded completely", "Unloaded partially", "prepared for dynamic VRAM",
+            "models unloaded", "Requested to load")
+
+    def __init__(self, server: StubServer):
+        super().__init__(logging.INFO)
+        self.server, self.lines = server, []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if any(key in message for key in self.KEYS):
+            self.lines.append(f"[{self.server.current}] {message[:220]}")
 
 
 class LatentCatcher:
@@ -421,6 +536,7 @@ class Bench:
             tiny_host_classes()
         models = self.work / "models"
         self.files = SyntheticFiles(self.host, self.args.tiny)
+        models = Path(self.args.models_dir) if self.args.models_dir else models
         self.files.place(models)
         for kind in ("diffusion_models", "loras", "vae", "latent_upscale_models"):
             folder_paths.add_model_folder_path(kind, str(models / kind), is_default=True)
@@ -447,6 +563,8 @@ class Bench:
         nodes.NODE_CLASS_MAPPINGS["H3KitBenchCachedText"] = H3KitBenchCachedText
         self.pack_module = str(link).replace(".", "_x_")  # the module name ComfyUI's loader gives the pack
         write_ltx_cache(self.pack_module, models / "conditioning_cache", self.args.tiny)
+        if self.args.files != "none":
+            self.files.write(models, self.args.files, self.args.dit_format, self.pack_module)
         missing = [n for n in ("H3KitDraftToLTX", "H3KitAttentionBackend", "MiniMaxH3ImageToVideo", "SaveVideo")
                    if n not in nodes.NODE_CLASS_MAPPINGS]
         if missing:
@@ -455,15 +573,27 @@ class Bench:
         self.executor = execution.PromptExecutor(self.server, cache_type=execution.CacheType.CLASSIC,
                                                  cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
         self.execution = execution
-        self.loads = LoadTimer(self.host.mm)
+        self.loads = LoadTimer(self.host.mm, self.server)
+        self.memory_log = MemoryLog(self.server)
+        logging.getLogger().addHandler(self.memory_log)
+        logging.getLogger().setLevel(logging.INFO)  # the host logs its loads at INFO, as main.py's logger shows them
         self.latents = LatentCatcher()
         self.nvml = None
 
-    def run(self, kind: str, variant: str, cap_gib: float | None, warm: bool, seed: int) -> list[dict]:
+    def free(self) -> None:
+        """What ComfyUI's prompt worker does for POST /free {"unload_models": true, "free_memory": true} (the
+        frontend's "Free model and node cache", the field reports' cold start): unload every model, drop the
+        executor's caches (the loaders run again: models are rebuilt from their files), collect, empty the cache.
+        Done between prompts, outside inference mode, as main.py does it; dropping the cached models is what keeps
+        the parameters that unload moved outside inference mode from reaching the next prompt (issue 31)."""
         mm = self.host.mm
         mm.unload_all_models()
-        mm.soft_empty_cache()
+        self.executor.reset()
         gc.collect()
+        mm.soft_empty_cache()
+
+    def run(self, kind: str, variant: str, cap_gib: float | None, warm: bool, seed: int) -> list[dict]:
+        self.free()
         rows = []
         cap = None if cap_gib is None else int(cap_gib * GIB)
         with self.lib.VramCap(cap) as vram_cap:
@@ -472,8 +602,7 @@ class Bench:
                 print(json.dumps({k: v for k, v in rows[-1].items() if k != "final_latent"}), flush=True)
                 if rows[-1].get("error"):
                     break
-            mm.unload_all_models()
-            mm.soft_empty_cache()
+            self.free()
         return rows
 
     def adapt(self, graph: dict) -> tuple[dict, list[str]]:
@@ -497,8 +626,9 @@ class Bench:
             row["error"] = f"graph invalid: {valid[1]} {json.dumps(valid[3], default=str)[:600]}"
             print(json.dumps(row), flush=True)
             return row
-        self.server.events.clear()
-        self.loads.seconds, self.loads.calls = 0.0, 0
+        self.server.clear()
+        self.loads.clear()
+        self.memory_log.lines.clear()
         self.latents.latents.clear()
         ballast = 0
         if self.device.type == "cuda":
@@ -515,17 +645,21 @@ class Bench:
         nodes_s = self._node_times(graph, start)
         construct = sum(s for nid, s in nodes_s.items() if graph.get(nid, {}).get("class_type") in LOADERS)
         total = wall - construct
-        stages: dict[str, float] = {}
+        stages: dict[str, dict] = {}
         for nid, seconds in nodes_s.items():
-            stage = STAGES.get(nid, "other (loaders, setup nodes)" if graph.get(nid, {}).get("class_type") in LOADERS
-                               else "other")
-            stages[stage] = round(stages.get(stage, 0.0) + seconds, 2)
-        row.update(success=bool(self.executor.success), total_s=round(total, 2),
+            stage = stages.setdefault(stage_of(graph, nid), {"s": 0.0, "load_s": 0.0, "peak_gib": 0.0})
+            stage["s"] = round(stage["s"] + seconds, 2)
+            stage["load_s"] = round(stage["load_s"] + self.loads.per_node.get(nid, 0.0), 2)
+            stage["peak_gib"] = max(stage["peak_gib"], round(self.server.peaks.get(nid, 0) / GIB, 2))
+            if self.loads.resident.get(nid):
+                stage.setdefault("resident", []).extend(self.loads.resident[nid])
+        row.update(success=bool(self.executor.success), wall_s=round(wall, 2), total_s=round(total, 2),
                    load_s=round(self.loads.seconds, 2), total_excl_load_s=round(total - self.loads.seconds, 2),
                    construct_s=round(construct, 2), load_calls=self.loads.calls, stages=stages,
-                   patcher=self.host.patcher)
+                   patcher=self.host.patcher, memory_log=self.memory_log.lines[-40:])
         if self.device.type == "cuda":
-            row.update(torch_peak_gib=round(torch.cuda.max_memory_allocated() / GIB, 2),
+            row.update(torch_peak_gib=round(max([torch.cuda.max_memory_allocated(), *self.server.peaks.values()]) / GIB,
+                                            2),
                        torch_reserved_peak_gib=round(torch.cuda.max_memory_reserved() / GIB, 2),
                        device_peak_gib=round((sampler.peak - (ballast or 0)) / GIB, 2) if sampler.peak else None)
         if not self.executor.success:
@@ -627,6 +761,13 @@ def main() -> int:
                         "take RAM next to two models held in RAM)")
     parser.add_argument("--tiny", action="store_true", help="tiny models and sizes (checks the script on a CPU)")
     parser.add_argument("--workdir", type=Path, help="folder for placeholder files, caches and outputs (default: temp)")
+    parser.add_argument("--files", choices=("none", "dits", "all"), default="none", help="write these models as "
+                        ".safetensors files (reused when already there) and let the host's loaders read them from "
+                        "disk; the others stay random state dicts in RAM (default none: all in RAM, as in run D7)")
+    parser.add_argument("--dit-format", choices=("bf16", "fp8"), default="fp8", help="format of the two DiT files: "
+                        "fp8 = ComfyUI's fp8 e4m3 scaled (block Linears fp8 + per-tensor scale, the rest bf16)")
+    parser.add_argument("--models-dir", type=Path, help="where --files writes and the host looks (default: "
+                        "WORKDIR/models); give the same folder to later processes to reuse the files")
     parser.add_argument("--json", type=Path, help="write environment + rows here")
     args = parser.parse_args()
     bench = Bench(args)

@@ -145,7 +145,7 @@ def synthetic_state_dict(module: torch.nn.Module, pool: RandomPool, dtype: torch
     out = {}
     for name, meta in module.state_dict().items():
         if meta.is_floating_point():
-            target = meta.dtype if dtype is None or meta.dtype == torch.float32 and _fp32_island(name) else dtype
+            target = meta.dtype if dtype is None or meta.dtype == torch.float32 and fp32_island(name) else dtype
             mean, std, positive = init_value(name, tuple(meta.shape))
             tensor = pool.tensor(tuple(meta.shape), target, mean, std, positive)
         else:
@@ -154,7 +154,7 @@ def synthetic_state_dict(module: torch.nn.Module, pool: RandomPool, dtype: torch
     return out
 
 
-def _fp32_island(name: str) -> bool:
+def fp32_island(name: str) -> bool:
     return any(part in name for part in ("patch_proj", "video_out", "audio_out", "time_embedder", "adaln_t_table",
                                          "rope.inv_freq"))
 

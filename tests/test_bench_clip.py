@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from h3kit.scripts import bench_clip
 from h3kit.scripts.bench_lowvram import parse_variant
 from hypothesis import given
@@ -92,3 +93,44 @@ def test_any_plan_text_parses_or_is_refused_never_a_traceback(plan, caps):
     except SystemExit:
         return
     assert all(kind in bench_clip.GRAPHS and variant in bench_clip.VARIANT_NODES for _cap, kind, variant, _w in order)
+
+
+def test_fp8_checkpoint_is_the_hosts_scaled_layout_and_dequantizes_to_the_values(tmp_path):
+    """Issue 31: the block Linears as float8_e4m3fn + a float32 per-tensor scale listed in _quantization_metadata
+    (what 0.33.0's convert_old_quants turns into comfy_quant); everything else in the storage dtype."""
+    from h3kit.scripts import bench_weights
+    from safetensors import safe_open
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj_in = torch.nn.Linear(32, 32)
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(32, 48), torch.nn.Linear(48, 20)])
+
+    with torch.device("meta"):
+        net = Net()
+    drawn = {}
+
+    def values(shape, dtype, mean, std, positive):
+        drawn[shape] = torch.randn(shape, generator=torch.Generator().manual_seed(len(drawn))).mul(std).add(mean)
+        return drawn[shape].to(dtype)
+
+    layers = bench_weights.quantized_layers(net, ("blocks.",))
+    assert layers == ["blocks.0"]  # 20 outputs: not a multiple of 16, stays bf16
+    entries = bench_weights.plan(net, torch.bfloat16, lambda n, s: (0.0, 0.5, False), lambda n: False, layers)
+    metadata = bench_weights.quantization_metadata(layers)
+    path = tmp_path / "dit.safetensors"
+    info = bench_weights.write(path, entries, metadata, values, "h3kit", torch.device("cpu"))
+    assert not info["reused"] and bench_weights.write(path, entries, metadata, values, "h3kit",
+                                                      torch.device("cpu"))["reused"]
+    with safe_open(str(path), framework="pt") as f:
+        assert json.loads(f.metadata()["_quantization_metadata"])["layers"] == {"blocks.0": {"format": "float8_e4m3fn"}}
+        weight, scale = f.get_tensor("blocks.0.weight"), f.get_tensor("blocks.0.weight_scale")
+        assert weight.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32 and scale.shape == ()
+        assert f.get_tensor("blocks.1.weight").dtype == f.get_tensor("proj_in.weight").dtype == torch.bfloat16
+        assert set(f.keys()) == {"proj_in.weight", "proj_in.bias", "blocks.0.weight", "blocks.0.weight_scale",
+                                 "blocks.0.bias", "blocks.1.weight", "blocks.1.bias"}
+    original = drawn[(48, 32)].to(torch.bfloat16).float()
+    restored = weight.float() * scale
+    assert restored.abs().max() == pytest.approx(float(original.abs().max()), rel=1e-6)
+    assert float((restored - original).abs().max()) <= float(original.abs().max()) / 16  # e4m3: 3 mantissa bits
