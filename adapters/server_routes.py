@@ -295,12 +295,19 @@ async def serve_template(request: Any) -> Any:
     name = request.match_info.get("name", "")
     path = template_file(name)
     if path is None:
-        size = len(name.encode("utf-8", "surrogatepass"))
-        why = (f"a name of {size:,} bytes (file names are at most {MAX_NAME_BYTES})" if size > MAX_NAME_BYTES
-               else f"'{printable(name, 80)}'")
-        raise web.HTTPNotFound(text=f"H3Kit has no template {why}: its templates are the .json files (and their "
-                               "thumbnails) directly in its workflows/ folder, listed by GET /workflow_templates")
+        raise no_template(name)
     return web.FileResponse(path)
+
+
+def no_template(name: str) -> Exception:
+    """The 404 for a template name the pack does not ship, saying why (a name no file system holds, or which)."""
+    from aiohttp import web
+
+    size = len(name.encode("utf-8", "surrogatepass"))
+    why = (f"a name of {size:,} bytes (file names are at most {MAX_NAME_BYTES})" if size > MAX_NAME_BYTES
+           else f"'{printable(name, 80)}'")
+    return web.HTTPNotFound(text=f"H3Kit has no template {why}: its templates are the .json files (and their "
+                            "thumbnails) directly in its workflows/ folder, listed by GET /workflow_templates")
 
 
 def adapt_queued_prompt(json_data: Any) -> Any:
@@ -365,8 +372,38 @@ def register_routes(pack_folder: str, pack: PackNodes) -> bool:
     except Exception:  # noqa: BLE001 - a host whose router refuses a route must still load the nodes
         LOG.error("H3Kit: could not register the pack's HTTP routes; the editor preflight is off", exc_info=True)
         return False
+    register_template_name_guard(prompt_server, pack_folder)
     register_prompt_adapter(prompt_server)
     return True
+
+
+def register_template_name_guard(prompt_server: Any, pack_folder: str) -> None:
+    """ComfyUI serves every custom node's workflows/ folder itself, under /api/workflow_templates/<pack>/ (a static
+    route registered before ours, the one the frontend asks): aiohttp answers a name no file system holds there with
+    a 500 ("File name too long"). A middleware answers that one case for this pack's folder with the 404 our own
+    route gives; every other request costs one prefix comparison. Logged once when the app is already frozen."""
+    middlewares = getattr(getattr(prompt_server, "app", None), "middlewares", None)
+    try:
+        middlewares.append(template_name_guard(f"/api/workflow_templates/{pack_folder}/"))
+    except (AttributeError, RuntimeError):  # no app, or a started one: its middlewares are frozen
+        log_once("template_name_guard", "H3Kit: could not guard ComfyUI's template route for this pack; a template "
+                 "name longer than a file name can be answers HTTP 500 there (nothing else changes)")
+
+
+def template_name_guard(prefix: str) -> Callable[..., Any]:
+    """An aiohttp middleware: a path under `prefix` whose name has more bytes than a file name can hold is a 404."""
+    from aiohttp import web
+
+    @web.middleware
+    async def guard(request: Any, handler: Callable[[Any], Any]) -> Any:
+        path = request.path
+        if path.startswith(prefix) and len(path) - len(prefix) > MAX_NAME_BYTES // 4:  # cheap before the count
+            name = path[len(prefix):]
+            if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+                raise no_template(name)
+        return await handler(request)
+
+    return guard
 
 
 def preflight_handler(pack: PackNodes) -> Callable[[Any], Any]:

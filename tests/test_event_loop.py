@@ -17,15 +17,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import sys
 import threading
 import time
 import tracemalloc
 import types
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from h3kit.adapters import bounded_json, preflight_request, preflight_workers, server_routes
+from h3kit.adapters import bounded_json, log, preflight_request, preflight_workers, server_routes
 from h3kit.adapters.preflight_workers import Abandoned, StopFlag, Workers
 from h3kit.checks import host_layout
 from h3kit.scripts.schemas import offline_schemas
@@ -471,3 +473,38 @@ def test_overlapping_pauses_resume_the_collector_once_and_only_if_it_was_on():
         assert not gc.isenabled()  # someone else turned it off: left off
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("name", ["a" * 5_000 + ".json", "é" * 200 + ".json"])
+def test_comfyuis_own_template_route_answers_a_name_no_file_system_holds_with_our_404(name):
+    """ComfyUI 0.33.0 serves the pack's workflows/ itself under /api/workflow_templates/H3Kit/ (aiohttp's static
+    route, registered before the pack's): a 5,000-character name was a 500 there. The pack's middleware answers it
+    with the pack's own 404; a name that fits reaches the static route untouched."""
+    from aiohttp import web
+
+    application = web.Application()
+    server_routes.register_template_name_guard(SimpleNamespace(app=application), "H3Kit")
+    application.router.add_static("/api/workflow_templates/H3Kit", server_routes.WORKFLOWS_DIR)
+    shipped_name = next(p.name for p in sorted(server_routes.WORKFLOWS_DIR.glob("*.json")))
+
+    async def go():
+        async with TestClient(TestServer(application)) as client:
+            long = await client.get(f"/api/workflow_templates/H3Kit/{name}")
+            fits = await client.get(f"/api/workflow_templates/H3Kit/{shipped_name}")
+            return long.status, await long.text(), fits.status
+
+    status, text, fits = asyncio.run(go())
+    assert status == 404 and "file names are at most 255" in text and "H3Kit has no template" in text
+    assert fits == 200
+
+
+def test_the_template_guard_is_logged_once_when_comfyuis_app_is_already_frozen(caplog, monkeypatch):
+    monkeypatch.setattr(log, "_LOGGED_ONCE", set())
+    application = web.Application()
+    application.freeze()
+    with caplog.at_level(logging.WARNING, logger="H3Kit"):
+        server_routes.register_template_name_guard(SimpleNamespace(app=application), "H3Kit")
+        server_routes.register_template_name_guard(SimpleNamespace(app=application), "H3Kit")
+    assert [r.getMessage() for r in caplog.records].count(
+        "H3Kit: could not guard ComfyUI's template route for this pack; a template name longer than a file name can "
+        "be answers HTTP 500 there (nothing else changes)") == 1
