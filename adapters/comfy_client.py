@@ -434,10 +434,12 @@ class ComfyClient:
             raw = self._body(response, cap, f"{self.server}{route}")
         return response.status_code, self._error_body(raw)
 
-    def upload(self, path: Path, folder_type: str = "input") -> dict:
-        """POST /upload/image (ComfyUI's upload route for any input file) -> {name, subfolder, type}."""
+    def upload(self, path: Path, folder_type: str = "input", subfolder: str = "") -> dict:
+        """POST /upload/image (ComfyUI's upload route for any input file: it stores the bytes as sent, under a new
+        name when another file holds this one) -> {name, subfolder, type}."""
+        data = {"type": folder_type, **({"subfolder": subfolder} if subfolder else {})}
         with open(path, "rb") as handle, self._exchange(
-                "POST", "/upload/image", MAX_TRANSFER_S, data={"type": folder_type},
+                "POST", "/upload/image", MAX_TRANSFER_S, data=data,
                 files={"image": (Path(path).name, handle, "application/octet-stream")}) as response:
             raw = self._body(response, MAX_JSON_BYTES, f"{self.server}/upload/image")
         body = self._error_body(raw)
