@@ -279,47 +279,55 @@ class H3KitSaveDraft:
              unique_id: Any = None) -> dict:
         report = Report(SAVE_DRAFT)
         parts = _name_parts(SAVE_DRAFT, "filename_prefix", filename_prefix, "filename prefix", MAX_PREFIX_PARTS)
-        _check_value(latent, audio)
-        value = {"latent": latent, "audio": audio}
-        encoder = StructureEncoder(DRAFT)
-        try:
-            structure = encoder.encode(value)
-            tables = json_tables(structure, encoder.records, "this draft", "a draft", DRAFT.value_fix)
-        except CacheError as exc:
-            raise H3KitInputError(SAVE_DRAFT, "latent", summarize_value(value), exc.problem, exc.fix) from exc
-        facts = _graph_facts(prompt, unique_id)
-        graph_text = json.dumps(prompt, sort_keys=True, separators=(",", ":")) if isinstance(prompt, dict) else ""
-        sizes = {**_shape_summary(value), "graph": facts["sizes"]}
-        metadata = {
-            "h3kit_format": FORMAT_NAME, "h3kit_format_version": str(FORMAT_VERSION), **tables,
-            "graph_sha256": hashlib.sha256(graph_text.encode()).hexdigest() if graph_text else "",
-            "seeds": json.dumps(facts["seeds"], sort_keys=True), "sizes": json.dumps(sizes, sort_keys=True),
-            "host": json.dumps(host_facts(), sort_keys=True), "latent_vae": facts["latent_vae"],
-            "h3kit_version": pack_version(), "created_utc": utc_now(),
-        }
-        if len(graph_text.encode()) <= MAX_CACHE_JSON_BYTES:
-            metadata["graph"] = graph_text
-        else:
-            report.warn(f"the stage-1 graph is {len(graph_text.encode()):,} bytes of JSON, over the "
-                        f"{MAX_CACHE_JSON_BYTES:,} a draft keeps; only its sha256 is recorded")
-        if audio is None:
-            report.warn("no audio: the refined video will be silent (F21); connect the handoff's audio output")
         folder = comfy_folder("output")
-        subfolder = folder.joinpath(*parts[:-1])
         _inside(folder, parts, SAVE_DRAFT, "filename_prefix", filename_prefix)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         try:
-            path = write_stored(subfolder / f"{parts[-1]}_{stamp}{DRAFT_SUFFIX}", encoder.tensors, metadata,
-                                unique=True, input_name="filename_prefix")
+            path, facts = write_draft(folder.joinpath(*parts[:-1]), f"{parts[-1]}_{stamp}{DRAFT_SUFFIX}", latent, audio,
+                                      report, prompt, unique_id)
         except CacheError as exc:
             raise H3KitInputError(SAVE_DRAFT, "filename_prefix", filename_prefix, exc.problem, exc.fix) from exc
         sub = "/".join(parts[:-1])
         report.set(status="written", file=f"{sub}/{path.name}" if sub else path.name, path=str(path),
-                   bytes=path.stat().st_size, seeds=facts["seeds"], latent_vae=facts["latent_vae"], **sizes)
+                   bytes=path.stat().st_size, **facts)
         LOG.info("%s: wrote %s (%.2f MiB)", SAVE_DRAFT, path, path.stat().st_size / 2**20)
         text = report.json()
         return {"ui": {DRAFT_UI_KEY: [{"filename": path.name, "subfolder": sub, "type": "output"}], "text": [text]},
                 "result": (text,)}
+
+
+def write_draft(folder: Path, name: str, latent: Any, audio: Any, report: Report, prompt: Any = None,
+                unique_id: Any = None) -> tuple[Path, dict[str, Any]]:
+    """A draft file folder/name (or the next free name: never overwrites) holding `latent` and `audio` bitwise, with
+    the provenance the stage-1 `prompt` gives; (where it landed, the facts for the report). H3KitInputError for a
+    value a draft cannot hold, CacheError when the file cannot be written."""
+    _check_value(latent, audio)
+    value = {"latent": latent, "audio": audio}
+    encoder = StructureEncoder(DRAFT)
+    try:
+        structure = encoder.encode(value)
+        tables = json_tables(structure, encoder.records, "this draft", "a draft", DRAFT.value_fix)
+    except CacheError as exc:
+        raise H3KitInputError(SAVE_DRAFT, "latent", summarize_value(value), exc.problem, exc.fix) from exc
+    facts = _graph_facts(prompt, unique_id)
+    graph_text = json.dumps(prompt, sort_keys=True, separators=(",", ":")) if isinstance(prompt, dict) else ""
+    sizes = {**_shape_summary(value), "graph": facts["sizes"]}
+    metadata = {
+        "h3kit_format": FORMAT_NAME, "h3kit_format_version": str(FORMAT_VERSION), **tables,
+        "graph_sha256": hashlib.sha256(graph_text.encode()).hexdigest() if graph_text else "",
+        "seeds": json.dumps(facts["seeds"], sort_keys=True), "sizes": json.dumps(sizes, sort_keys=True),
+        "host": json.dumps(host_facts(), sort_keys=True), "latent_vae": facts["latent_vae"],
+        "h3kit_version": pack_version(), "created_utc": utc_now(),
+    }
+    if len(graph_text.encode()) <= MAX_CACHE_JSON_BYTES:
+        metadata["graph"] = graph_text
+    else:
+        report.warn(f"the stage-1 graph is {len(graph_text.encode()):,} bytes of JSON, over the "
+                    f"{MAX_CACHE_JSON_BYTES:,} a draft keeps; only its sha256 is recorded")
+    if audio is None:
+        report.warn("no audio: the refined video will be silent (F21); connect the handoff's audio output")
+    path = write_stored(folder / name, encoder.tensors, metadata, unique=True, input_name="filename_prefix")
+    return path, {"seeds": facts["seeds"], "latent_vae": facts["latent_vae"], **sizes}
 
 
 class H3KitLoadDraft:
