@@ -135,7 +135,7 @@ class Pipeline:
         self.cond = threading.Condition()
         self.started = time.monotonic()
 
-    # -- scheduling (every method below holds self.cond) ------------------------------------------------------------
+    # -- scheduling (every method below holds self.cond)
     def live(self, stage: int) -> list[str]:
         return [s for s in self.stages[stage].servers if s not in self.dead]
 
@@ -220,7 +220,7 @@ class Pipeline:
             return f"its draft is kept at {clip.draft}"
         return f"its draft is {clip.shared_name} in the shared folder" if clip.shared_name else ""
 
-    # -- one stage job ----------------------------------------------------------------------------------------------
+    # -- one stage job
     def worker(self, stage: int, server: str) -> None:
         while True:
             clip = self.take(stage, server)
@@ -352,7 +352,7 @@ class Pipeline:
         node[DRAFT_INPUT] = f"{sub}/{name}" if sub else name
         return None
 
-    # -- the whole batch --------------------------------------------------------------------------------------------
+    # -- the whole batch
     def run(self) -> int:
         threads = [threading.Thread(target=self.worker, args=(stage, server), daemon=True,
                                     name=f"stage{stage} {server}")

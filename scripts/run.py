@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -305,7 +306,7 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
 
 def run(args: argparse.Namespace) -> int:
     if run_pipeline.wanted(args):
-        return run_pipeline.run(args)
+        return run_pipeline.run(args, sys.modules[__name__])
     try:
         if not args.server:
             raise GraphEditError("give --server URL (or --stage1-server and --stage2-server)")

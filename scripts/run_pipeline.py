@@ -13,6 +13,7 @@ import json
 import random
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
 
 from ..adapters import comfy_jobs as jobs
 from ..adapters.comfy_client import BadServerURL, ComfyClient, ComfyError, Deadline, normalise_server
@@ -25,7 +26,6 @@ from ..checks.graph_split import DRAFT_FOLDER, DRAFT_INPUT, SplitError, split_gr
 from ..checks.problem import ERROR, printable
 from ..checks.verdict import judge
 from . import console
-from . import run as runmod
 from . import schemas as schema_src
 
 MAX_PROMPTS_FILE_BYTES = 4 * 2**20  # --prompts FILE: thousands of prompts of a few KiB each
@@ -115,7 +115,7 @@ def stage2_graphs(graph: dict, servers: list[str], draft_id: str, timeout: float
     return graphs
 
 
-def plan(args: argparse.Namespace) -> tuple[list[Clip], dict[int, Stage], Options, dict]:
+def plan(args: argparse.Namespace, runmod: ModuleType) -> tuple[list[Clip], dict[int, Stage], Options, dict]:
     """The clips, each stage's graphs per server (validated there), the options and the whole graph (--set applied);
     GraphEditError, SplitError, BadServerURL or jobs.Rejected when something is refused before any work."""
     if args.server:
@@ -157,9 +157,11 @@ def _label(index: int, total: int, seed: int | None, prompt_no: int, prompts: in
     return f"[{' '.join(parts)}] "
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, runmod: ModuleType) -> int:
+    """`runmod`: scripts/run.py, which calls this (its read_workflow, server_graphs, report_outcome and Job are reused
+    as they are; this module cannot import the module that imports it)."""
     try:
-        clips, stages, options, whole = plan(args)
+        clips, stages, options, whole = plan(args, runmod)
     except (GraphEditError, SplitError, BadServerURL, jobs.Rejected) as exc:
         warn(f"REJECTED: {exc}")
         return EXIT_INVALID

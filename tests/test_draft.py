@@ -75,7 +75,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
         b.contiguous().view(torch.uint8))
 
 
-# --- the file ------------------------------------------------------------------------------------------------------
+# --- the file
 
 def test_a_draft_round_trips_bitwise_with_its_provenance(folders):
     out, inp = folders
@@ -257,7 +257,7 @@ def test_an_audio_video_latent_is_refused_with_what_to_connect(folders):
     assert "VAEEncode" in err.value.fix
 
 
-# --- the split -------------------------------------------------------------------------------------------------------
+# --- the split
 
 @pytest.mark.parametrize("name", TWO_STAGE)
 def test_each_two_stage_graph_is_cut_at_the_handoff_keeping_every_node_and_link(name):

@@ -215,7 +215,7 @@ def test_a_shared_folder_that_lacks_the_draft_falls_back_to_http_and_says_so(ser
     assert any("moving the draft over HTTP instead" in line for line in lines)
 
 
-# --- the command line ---------------------------------------------------------------------------------------------
+# --- the command line
 
 SIZES = ["--set", "8.width=64", "--set", "8.height=64", "--set", "8.length=22", "--set", "16.target_width=128",
          "--set", "16.target_height=128"]  # the video: 128 x 128 (the upsampler doubles the 64 x 64 draft), 17 frames
