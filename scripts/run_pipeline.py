@@ -137,7 +137,11 @@ def plan(args: argparse.Namespace, runmod: ModuleType) -> tuple[list[Clip], dict
     runs = args.runs or 1
     if runs < 1:
         raise GraphEditError(f"--runs {runs}: give at least 1")
-    seeds = seed_range(args.seed, graph) or job_seeds(graph, args.seed, runs, random.Random())
+    seeds = seed_range(args.seed, graph)
+    if seeds is not None and args.runs is not None and args.runs != len(seeds):
+        raise GraphEditError(f"--runs {args.runs} with --seed {printable(args.seed, 40)} ({len(seeds)} seeds): give one "
+                             "of them")
+    seeds = seeds or job_seeds(graph, args.seed, runs, random.Random())
     pairs = [(p, s) for p in (prompts or [None]) for s in seeds]
     if len(pairs) > MAX_BATCH:
         raise GraphEditError(f"{len(prompts or [None])} prompt(s) x {len(seeds)} seed(s) = {len(pairs):,} clips; a batch "

@@ -275,6 +275,8 @@ def test_run_pipelines_prompts_times_seeds_and_verifies_every_video(cli_servers,
     (["--stage1-server", "http://127.0.0.1:9", "--stage2-server", "http://127.0.0.1:9", "--cold"], "swap it avoids"),
     (["--stage1-server", "a:1", "--stage2-server", "b:1", "--seed", "9-3"], "A <= B"),
     (["--stage1-server", "a:1", "--stage2-server", "b:1", "--seed", "0-20000"], "at most 10,000"),
+    (["--stage1-server", "a:1", "--stage2-server", "b:1", "--seed", "1-3", "--runs", "2"], "give one of them"),
+    (["--stage1-server", "a:1", "--stage2-server", "b:1", "--prompt", " "], "an empty prompt"),
 ])
 def test_run_refuses_bad_pipeline_arguments_before_any_work(argv, message, capsys):
     code = main(["run", str(API / "h3_ltx_two_stage.json"), *argv])

@@ -176,4 +176,12 @@ MUTANTS: list[Mutant] = [
            "if p.severity == ERROR and p.node_id not in runs", "if p.severity == ERROR and p.node_id in ()", TYPES),
     Mutant("M47", "the host's 100-slot cap dropped for named templates", "checks/node_inputs.py",
            'group["names"][:MAX_SLOTS]', 'group["names"]', TYPES),
+    # issue 32: two stages on two servers
+    Mutant("M48", "a vanished server's clip is not tried again on another server of its stage",
+           "adapters/comfy_pipeline.py",
+           'elif result.kind == "retry" and clip.attempts[stage] < MAX_STAGE_ATTEMPTS and self.live(stage):',
+           "elif False:", ("tests/test_pipeline_runner.py",)),
+    Mutant("M49", "a hidden name ('.x') accepted as a draft name or a draft's prefix", "nodes/draft.py",
+           "if part.startswith(\".\") else (\n            name_problem(part))",
+           "if False else (\n            name_problem(part))", ("tests/test_draft.py",)),
 ]
