@@ -438,10 +438,12 @@ class ComfyClient:
             raw = self._body(response, cap, f"{self.server}{route}")
         return response.status_code, self._error_body(raw)
 
-    def upload(self, path: Path, folder_type: str = "input") -> dict:
-        """POST /upload/image (ComfyUI's upload route for any input file) -> {name, subfolder, type}. The file is
-        streamed from disk (MultipartUpload): memory does not grow with its size."""
-        body = MultipartUpload({"type": folder_type}, "image", Path(path))
+    def upload(self, path: Path, folder_type: str = "input", subfolder: str = "") -> dict:
+        """POST /upload/image (ComfyUI's upload route for any input file: it stores the bytes as sent, under a new
+        name when another file holds this one) -> {name, subfolder, type}. The file is streamed from disk
+        (MultipartUpload): memory does not grow with its size."""
+        fields = {"type": folder_type, **({"subfolder": subfolder} if subfolder else {})}
+        body = MultipartUpload(fields, "image", Path(path))
         with self._exchange("POST", "/upload/image", MAX_TRANSFER_S, data=body,
                             headers={"Content-Type": body.content_type}) as response:
             raw = self._body(response, MAX_JSON_BYTES, f"{self.server}/upload/image")

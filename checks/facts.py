@@ -139,6 +139,9 @@ def pack_version() -> str:
 PRIMITIVE_MAX_HOPS = 16  # Primitive -> Primitive chains followed when resolving a widget value (bounded)
 MAX_WORKFLOW_BYTES = 64 * 2**20  # a workflow file or pasted text; real ones are < 1 MiB (docs/security.md)
 MAX_WORKFLOW_DEPTH = 64  # JSON nesting; API graphs nest 4-5 levels, UI graphs about 8
+# The two-stage draft (nodes/draft.py): what H3KitLoadDraft reads, what `run --stage2-server` downloads and uploads.
+# A 1344x768, 121-frame clip's draft is 3.4 MB (LTX latent 2.1 MB + 32 kHz stereo audio 1.3 MB); 361 frames: 9.8 MB.
+MAX_DRAFT_BYTES = 2**30
 
 # ----------------------------------------------------------------------------------------- exit codes
 # One table for every command (README, section 'Exit codes and output'; tests/test_cli_contract.py runs each

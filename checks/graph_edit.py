@@ -20,6 +20,8 @@ UPLOAD_KINDS = {"LoadImage": (IMAGE_KINDS, "an image (PNG, JPEG, WebP, GIF)"),
                 "LoadVideo": (VIDEO_KINDS, "a video (MP4, WebM, MKV)"),
                 "LoadAudio": (AUDIO_KINDS | VIDEO_KINDS, "audio (WAV, FLAC, Ogg, MP3, or a video's sound)")}
 MAX_SEED = 2**53 - 1  # JSON-safe and within every core seed widget's max
+MAX_BATCH = 10_000  # clips in one `run --stage1-server/--stage2-server` batch (prompts x seeds)
+PROMPT_INPUT = "prompt"  # the text input --prompt replaces when --prompt-input does not name one
 
 
 class GraphEditError(ValueError):
@@ -102,6 +104,41 @@ def job_seeds(graph: dict, seed: str | None, runs: int, rng: random.Random) -> l
         return [None] * runs
     base = graph[found[0][0]]["inputs"][found[0][1]]
     return [None] + [(base + i) % MAX_SEED for i in range(1, runs)]
+
+
+def seed_range(seed: str | None, graph: dict) -> list[int] | None:
+    """--seed A-B: every seed from A to B (at most MAX_BATCH); None when `seed` is not a range (job_seeds reads it)."""
+    first, sep, last = (seed or "").partition("-")
+    if not sep or not first.isdigit() or not last.isdigit():
+        return None
+    if not seed_inputs(graph):
+        raise GraphEditError(f"--seed {printable(seed, 40)}: {no_seed_advice(graph)}")
+    low, high = int(first), int(last)
+    if not low <= high <= MAX_SEED:
+        raise GraphEditError(f"--seed {printable(seed, 40)}: give A-B with A <= B <= {MAX_SEED}")
+    if high - low + 1 > MAX_BATCH:
+        raise GraphEditError(f"--seed {printable(seed, 40)}: {high - low + 1:,} seeds; a batch has at most {MAX_BATCH:,} "
+                             "clips")
+    return list(range(low, high + 1))
+
+
+def prompt_target(graph: dict, ref: str | None) -> tuple[str, str]:
+    """(node id, input) that --prompt / --prompts replace: `ref` NODE.INPUT when given, else the one literal text
+    input named 'prompt' in the graph (the H3 node's, or H3KitEffectPrompt's)."""
+    if ref:
+        node_ref, dot, name = ref.partition(".")
+        if not dot or not name:
+            raise GraphEditError(f"--prompt-input '{printable(ref)}': expected NODE.INPUT (e.g. 8.prompt)")
+        nid = find_node(graph, node_ref)
+        if not isinstance(inputs_of(graph[nid]).get(name), str):
+            raise GraphEditError(f"--prompt-input '{printable(ref)}': node {nid} has no text input '{printable(name)}'")
+        return nid, name
+    found = [(nid, PROMPT_INPUT) for nid, node in graph.items() if isinstance(inputs_of(node).get(PROMPT_INPUT), str)]
+    if len(found) != 1:
+        shown = ", ".join(f"{nid}.{name}" for nid, name in found) or "none"
+        raise GraphEditError(f"--prompt: the graph has {len(found)} text inputs named '{PROMPT_INPUT}' ({shown}); say "
+                             "which one takes the prompts with --prompt-input NODE.INPUT")
+    return found[0]
 
 
 def apply_seed(graph: dict, seed: int | None) -> list[str]:

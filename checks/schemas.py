@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import inspect
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -49,7 +50,9 @@ def class_info(node_id: str, cls: type) -> dict[str, Any]:
     spec = cls.INPUT_TYPES()
     sections = {key: dict(spec.get(key, {})) for key in ("required", "optional", "hidden") if spec.get(key)}
     outputs = list(cls.RETURN_TYPES)
+    own_check = self_validated_inputs(cls)
     return {
+        **({"validate_inputs": own_check} if own_check is not None else {}),
         "input": sections,
         "input_order": {key: list(value) for key, value in sections.items()},
         "output": outputs,
@@ -63,6 +66,17 @@ def class_info(node_id: str, cls: type) -> dict[str, Any]:
         "python_module": "custom_nodes.h3kit",
         "pack": H3KIT_PACK,
     }
+
+
+def self_validated_inputs(cls: type) -> list[str] | None:
+    """The inputs a classic node's own VALIDATE_INPUTS takes ('*' for **kwargs), whose min/max and option checks
+    ComfyUI's /prompt leaves to it (the pinned convention 'validate_inputs'); None for a node without one. H3KitLoadDraft
+    takes its file name: an upload's new name is valid before any file list shows it."""
+    validate = getattr(cls, "VALIDATE_INPUTS", None)
+    if validate is None:
+        return None
+    params = inspect.signature(validate).parameters.values()
+    return ["*" if p.kind is p.VAR_KEYWORD else p.name for p in params if p.name not in ("self", "cls")]
 
 
 MIN_SHARED_SPEC_CHARS = 24  # a spec shorter than this in JSON costs less written out than as an index

@@ -17,7 +17,7 @@ from ..checks.schemas import providing_pack
 
 # One entry per capability module in this folder; add yours here.
 NODE_MODULES: tuple[str, ...] = (
-    "pipeline", "lowvram", "attention", "effects", "ref2va", "conditioning_cache", "turing", "preflight", "demo",
+    "pipeline", "draft", "lowvram", "attention", "effects", "ref2va", "conditioning_cache", "turing", "preflight", "demo",
 )
 
 IMPORT_FAILURES: dict[str, str] = {}

@@ -3,6 +3,10 @@
 Pure (de)serialisation with no ComfyUI import, shared by the nodes in conditioning_cache.py and the
 `cond` command line. Nothing here ever unpickles.
 
+The value encoding, the bounded reader and the atomic writer are generic over a `StoredKind` (its format name and
+version, its byte cap, what the user is told): the conditioning cache is CONDITIONING, the two-stage draft
+(nodes/draft.py) another kind, so both share one reader and every header, JSON and tensor limit below.
+
 File layout (format version 1): a standard safetensors file. Every tensor found anywhere in the
 conditioning (main tensors, pooled_output, attention masks, tensors nested in lists/dicts such as
 H3's minimax_keyframes / minimax_refs) is stored once under a key "t<N>". The string metadata holds:
@@ -23,6 +27,7 @@ import os
 import shutil
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +37,7 @@ from typing import Any
 import torch
 
 from ..adapters import bounded_json
-from ..adapters.files import atomic_path, name_problem, open_regular, os_reason
+from ..adapters.files import TargetExists, atomic_write, name_problem, open_regular, os_reason
 from ..adapters.safetensors_file import (
     SafetensorsHeader,
     SafetensorsHeaderError,
@@ -83,6 +88,7 @@ def not_a_cache(path: Path, kind: FileKind) -> CacheError:
                       f"choose a cache file (`{command('cond list')}` shows the cache folder's files); make one with "
                       f"H3KitSaveConditioning or `{command('cond build')}`")
 
+
 # safetensors dtype code <-> torch dtype, limited to what this torch build has.
 _DTYPE_CODES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -103,6 +109,42 @@ class CacheError(ValueError):
         # a path or a name quoted from outside: one escaped line in the CLI, the node's error and the log
         self.problem, self.fix, self.input_name = printable(problem), printable(fix), input_name
         super().__init__(f"{self.problem}. Fix: {self.fix}")
+
+
+@dataclass(frozen=True)
+class StoredKind:
+    """One kind of H3Kit safetensors file written by this module: what its metadata says it is, its cap, and what the
+    user is told when a file of it is damaged, foreign, or a value cannot be stored in it."""
+
+    format_name: str  # the 'h3kit_format' metadata value
+    format_version: int
+    max_bytes: int  # tensor data; checked from the header before anything is allocated
+    noun: str  # "an H3Kit conditioning cache"
+    typical: str  # how big one usually is, for the message when a file is over max_bytes
+    rebuild_fix: Callable[[], str]  # how to replace a damaged file (never "delete it": it may be the user's)
+    value_fix: str  # what to do when the value holds something a file cannot hold
+    not_kind: Callable[[Path, FileKind], CacheError]  # a file that is something else entirely (a PNG, a pickle)
+    foreign: Callable[[Path, list[str]], CacheError]  # a safetensors file without this kind's format metadata
+
+
+def _foreign_cache(path: Path, names: list[str]) -> CacheError:
+    hint = ""
+    if any(n.startswith("conditioning_data_") for n in names):
+        hint = " It looks like a Lightricks LTXVSaveConditioning file: load it with LTXVLoadConditioning."
+    shown = ", ".join(repr(n)[1:-1][:60] for n in names[:5])
+    return CacheError(
+        f"{path} is a safetensors file but not an H3Kit conditioning cache (no h3kit_format metadata; "
+        f"tensors: {shown}{' ...' if len(names) > 5 else ''}).{hint}",
+        "move model files out of the conditioning_cache folder; create caches with H3KitSaveConditioning",
+    )
+
+
+CONDITIONING = StoredKind(
+    FORMAT_NAME, FORMAT_VERSION, MAX_CACHE_BYTES, "an H3Kit conditioning cache", "an encoded prompt is a few MiB",
+    rebuild_fix,
+    "cache the conditioning straight from the text encoder, before nodes that attach objects "
+    "(hooks, control nets, areas with masks), and apply those nodes after H3KitLoadConditioning",
+    not_a_cache, _foreign_cache)
 
 
 # ---------------------------------------------------------------------------------------------- names
@@ -185,10 +227,12 @@ def key_path(path: tuple) -> str:
     return "".join(f"[{step!r}]" for step in path) or "(top level)"
 
 
-class _StructureEncoder:
-    """Turns a nested value into JSON-safe data, collecting tensors (each distinct tensor object once)."""
+class StructureEncoder:
+    """Turns a nested value into JSON-safe data, collecting tensors (each distinct tensor object once); `kind` says
+    what the file is for in messages about a value it cannot hold."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: StoredKind = CONDITIONING) -> None:
+        self.kind = kind
         self.tensors: dict[str, torch.Tensor] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self._key_by_id: dict[int, str] = {}
@@ -212,8 +256,7 @@ class _StructureEncoder:
         raise CacheError(
             f"the value at {key_path(path)} is a {kind.__module__}.{kind.__qualname__}, which a cache file cannot "
             "hold (only tensors, numbers, strings, booleans, None, lists, tuples and dicts)",
-            "cache the conditioning straight from the text encoder, before nodes that attach objects "
-            "(hooks, control nets, areas with masks), and apply those nodes after H3KitLoadConditioning",
+            self.kind.value_fix,
         )
 
     def _encode_dict(self, value: dict, path: tuple) -> Any:
@@ -234,13 +277,13 @@ class _StructureEncoder:
         where = key_path(path)
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
             raise CacheError(f"the tensor at {where} is a {type(tensor).__name__} (a tensor subclass), whose "
-                             "extra state a cache file cannot hold", "cache the plain conditioning instead")
+                             "extra state a cache file cannot hold", self.kind.value_fix)
         if tensor.layout != torch.strided or tensor.is_meta:
             raise CacheError(f"the tensor at {where} is {'a meta' if tensor.is_meta else 'a sparse'} tensor",
                              "cache a dense tensor with real data")
         if not storable_shape(tensor.shape):
             raise CacheError(f"the tensor at {where} has shape {list(tensor.shape)}; a cache tensor has at most "
-                             f"{MAX_TENSOR_RANK} sides of at most {MAX_TENSOR_DIM:,} each", "cache a conditioning")
+                             f"{MAX_TENSOR_RANK} sides of at most {MAX_TENSOR_DIM:,} each", self.kind.value_fix)
         if tensor.dtype not in STORABLE_DTYPES:
             raise CacheError(f"the tensor at {where} has dtype {tensor.dtype}, which safetensors cannot hold",
                              "convert it to a float or integer dtype before saving")
@@ -355,18 +398,30 @@ def describe_result(result: SaveResult) -> str:
     return f"{verb} {printable(result.path)} ({entries}, {tensors}, {result.bytes / 2**20:.2f} MiB)"
 
 
+def json_tables(structure: Any, records: dict, what: str = "this conditioning", per_file: str = "a cache",
+                fix: str = "cache the plain text-encoder output") -> dict[str, str]:
+    """The 'structure' and 'tensors' metadata entries of an encoded value, refused when the reader would refuse them
+    (MAX_CACHE_JSON_BYTES each): what the loader would refuse is never written."""
+    tables = {"structure": json.dumps(structure, allow_nan=False, separators=(",", ":")),
+              "tensors": json.dumps(records, separators=(",", ":"))}
+    for key, text in tables.items():
+        if len(text.encode("utf-8")) > MAX_CACHE_JSON_BYTES:
+            raise CacheError(f"{what}'s {key} table is {len(text.encode('utf-8')):,} bytes of JSON; {per_file} "
+                             f"holds at most {MAX_CACHE_JSON_BYTES:,}", fix)
+    return tables
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def build_metadata(structure: Any, records: dict, prompt_text: str, encoder: str, h3kit_version: str) -> dict[str, str]:
     for label, text in (("prompt_text", prompt_text), ("encoder_name", encoder)):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise CacheError(f"{label} is not valid Unicode text", f"retype {label}", input_name=label) from exc
-    tables = {"structure": json.dumps(structure, allow_nan=False, separators=(",", ":")),
-              "tensors": json.dumps(records, separators=(",", ":"))}
-    for key, text in tables.items():  # what the loader would refuse is never written
-        if len(text.encode("utf-8")) > MAX_CACHE_JSON_BYTES:
-            raise CacheError(f"this conditioning's {key} table is {len(text.encode('utf-8')):,} bytes of JSON; a cache "
-                             f"holds at most {MAX_CACHE_JSON_BYTES:,}", "cache the plain text-encoder output")
+    tables = json_tables(structure, records)
     header = len(json.dumps([prompt_text, encoder], ensure_ascii=False).encode("utf-8", "surrogatepass"))
     if header + sum(len(t) for t in tables.values()) + 256 * len(records) > MAX_CACHE_HEADER_BYTES:
         raise CacheError(f"the prompt text is too long to keep with the cache (a cache header is at most "
@@ -379,7 +434,7 @@ def build_metadata(structure: Any, records: dict, prompt_text: str, encoder: str
         "prompt_text": prompt_text,
         "prompt_sha256": hashlib.sha256(prompt_text.encode("utf-8")).hexdigest() if prompt_text else "",
         "h3kit_version": h3kit_version,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "created_utc": utc_now(),
     }
 
 
@@ -388,12 +443,10 @@ def save_conditioning(
     h3kit_version: str = "", overwrite: bool = False,
 ) -> SaveResult:
     """Write `conditioning` to folder/<name>.safetensors atomically; never replaces a file unless asked."""
-    from safetensors.torch import save_file
-
     file_name = cache_file_name(name)
     check_conditioning_shape(conditioning)
     check_real_size(conditioning)
-    encoder_state = _StructureEncoder()
+    encoder_state = StructureEncoder()
     structure = encoder_state.encode(conditioning)
     metadata = build_metadata(structure, encoder_state.records, prompt_text, encoder, h3kit_version)
     target = folder / file_name
@@ -406,33 +459,41 @@ def save_conditioning(
         raise CacheError(f"{target} already exists and holds different conditioning",
                          "turn on overwrite (node input 'overwrite', CLI --overwrite) to replace it, or choose another name",
                          input_name="name")
-    _write_atomically(target, encoder_state.tensors, metadata, save_file)
+    write_stored(target, encoder_state.tensors, metadata, overwrite=True)
     result.status = "replaced" if existed else "written"
     result.bytes = target.stat().st_size
     return result
 
 
-def _write_atomically(target: Path, tensors: dict, metadata: dict[str, str], save_file: Any) -> None:
-    """Through the one atomic writer (adapters/files.py): readers see the old file or the new one, never half.
+def write_stored(target: Path, tensors: dict, metadata: dict[str, str], *, overwrite: bool = False,
+                 unique: bool = False, input_name: str = "name") -> Path:
+    """`tensors` + `metadata` as a safetensors file, through the one atomic writer (adapters/files.py): readers see
+    the old file or the new one, never half. `overwrite` replaces `target`; `unique` publishes under the next free
+    name when it is taken (never overwriting); neither: an existing `target` is an error. Returns where it landed.
     A full disk (found before writing, or by the write itself) is one CacheError; an existing file stays intact."""
     from safetensors import SafetensorError
+    from safetensors.torch import save_file
 
-    keep = "; the existing file is unchanged" if target.exists() else ""
+    keep = "; the existing file is unchanged" if target.exists() and not unique else ""
     fix = "free disk space or save to another folder, then save again"
     needed = sum(t.numel() * t.element_size() for t in tensors.values()) + len(json.dumps(metadata)) + 2**16
     try:
         free = shutil.disk_usage(target.parent).free if target.parent.is_dir() else None
         if free is not None and free < needed:
             raise CacheError(f"cannot write {target}: it needs {needed / 2**20:.1f} MiB but the disk has "
-                             f"{free / 2**20:.1f} MiB free{keep}", fix, input_name="name")
-        with atomic_path(target, overwrite=True) as tmp:
-            save_file(tensors, str(tmp), metadata=metadata)
+                             f"{free / 2**20:.1f} MiB free{keep}", fix, input_name=input_name)
+        with atomic_write(target, overwrite=overwrite, unique=unique) as pending:
+            save_file(tensors, str(pending.tmp), metadata=metadata)
+        return pending.path
+    except TargetExists as exc:
+        raise CacheError(f"{exc.path} already exists", "choose another name: files are never replaced",
+                         input_name=input_name) from exc
     except OSError as exc:
-        raise CacheError(f"cannot write {target}: it {os_reason(exc)}{keep}", fix, input_name="name") from exc
+        raise CacheError(f"cannot write {target}: it {os_reason(exc)}{keep}", fix, input_name=input_name) from exc
     except SafetensorError as exc:  # the library's own I/O error (a full disk: 'No space left on device')
         full = "No space left" in str(exc) or "StorageFull" in str(exc)
         reason = "the disk is full" if full else f"the write failed ({printable(exc, 200)})"
-        raise CacheError(f"cannot write {target}: {reason}{keep}", fix, input_name="name") from exc
+        raise CacheError(f"cannot write {target}: {reason}{keep}", fix, input_name=input_name) from exc
 
 
 def _same_content(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bool:
@@ -452,6 +513,17 @@ def _same_content(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[s
 
 
 @dataclass
+class StoredFile:
+    """A file of some StoredKind, read and checked: the decoded value, its metadata and its tensors (views of one
+    buffer)."""
+
+    path: Path
+    value: Any
+    metadata: dict[str, str]
+    tensors: dict[str, torch.Tensor]
+
+
+@dataclass
 class LoadedCache:
     path: Path
     conditioning: list
@@ -460,62 +532,68 @@ class LoadedCache:
     warnings: list[str] = field(default_factory=list)
 
 
-def read_header(path: Path) -> tuple[SafetensorsHeader, dict[str, str]]:
+def read_header(path: Path, kind: StoredKind = CONDITIONING) -> tuple[SafetensorsHeader, dict[str, str]]:
     """The safetensors header (checked by the safetensors library) and metadata of `path`, reading only the header."""
     path = Path(path)
     try:
         header = read_safetensors_header(path, MAX_CACHE_HEADER_BYTES)
     except SafetensorsHeaderError as exc:
         if exc.kind is not None:
-            raise not_a_cache(path, exc.kind) from exc
-        raise CacheError(f"{path} is not a usable safetensors file: {exc}", rebuild_fix()) from exc
+            raise kind.not_kind(path, exc.kind) from exc
+        raise CacheError(f"{path} is not a usable safetensors file: {exc}", kind.rebuild_fix()) from exc
     except OSError as exc:
         raise CacheError(f"{path} cannot be read ({exc.strerror or exc})", "check that the file exists and is readable") from exc
     return header, header.metadata or {}
 
 
-def check_cache_header(path: Path) -> dict[str, str]:
+def check_cache_header(path: Path, kind: StoredKind = CONDITIONING) -> dict[str, str]:
     """Every check that needs no tensor data (layout, size, format, version, metadata JSON): the metadata, or
     CacheError. Cheap enough for VALIDATE_INPUTS and `cond list`."""
-    header, metadata = read_header(path)
-    _check_size(path, header)
-    check_metadata(path, header, metadata)
-    _json_field(path, metadata, "tensors")
-    _json_field(path, metadata, "structure")
+    header, metadata = read_header(path, kind)
+    _check_size(path, header, kind)
+    check_metadata(path, header, metadata, kind)
+    _json_field(path, metadata, "tensors", kind)
+    _json_field(path, metadata, "structure", kind)
     return metadata
 
 
-def read_cache(path: Path) -> LoadedCache:
-    """Read and check a cache file: the header first, then one read of the data into a writable CPU buffer
-    (tensors are views of it) whose size the checked header fixed.
+def read_stored(path: Path, kind: StoredKind) -> StoredFile:
+    """Read and check a file of `kind`: the header first, then one read of the data into a writable CPU buffer
+    (tensors are views of it) whose size the checked header fixed, then every tensor against its crc32.
 
-    No mmap: the file can be replaced or deleted while the conditioning is in use. The header is parsed by
-    hand (adapters/safetensors_file.parse_header, the library's rules) because it must be the header of the
-    bytes read here, not of whatever file is at `path` a moment later.
+    No mmap: the file can be replaced or deleted while the value is in use. The header is parsed by hand
+    (adapters/safetensors_file.parse_header, the library's rules) because it must be the header of the bytes read
+    here, not of whatever file is at `path` a moment later.
     """
     path = Path(path)
     try:
         with open_regular(path, "rb", buffering=0) as fh:
-            header, metadata, structure, records = _checked_header(path, fh)
+            header, metadata, structure, records = _checked_header(path, fh, kind)
             buffer = _read_data(path, fh, header.data_bytes)
     except OSError as exc:
         raise CacheError(f"{path} cannot be read ({exc.strerror or exc})", "check that the file exists and is readable") from exc
-    tensors = {name: _tensor_view(path, buffer, entry) for name, entry in header.tensors.items()}
-    _check_tensor_table(path, records, tensors, memoryview(buffer.numpy()), header)
-    conditioning = _decode(structure, tensors, path)
+    fix = kind.rebuild_fix()
+    tensors = {name: _tensor_view(path, buffer, entry, fix) for name, entry in header.tensors.items()}
+    _check_tensor_table(path, records, tensors, memoryview(buffer.numpy()), header, fix)
+    return StoredFile(path, _decode(structure, tensors, path, fix), metadata, tensors)
+
+
+def read_cache(path: Path) -> LoadedCache:
+    """Read and check a conditioning cache (read_stored), then that it holds a CONDITIONING."""
+    stored = read_stored(path, CONDITIONING)
     try:
-        check_conditioning_shape(conditioning)
+        check_conditioning_shape(stored.value)
     except CacheError as exc:
-        raise CacheError(f"{path} does not hold a CONDITIONING: {exc.problem}", rebuild_fix()) from exc
-    loaded = LoadedCache(path, conditioning, metadata, tensors)
-    prompt = metadata.get("prompt_text", "")
-    stored_sha = metadata.get("prompt_sha256", "")
+        raise CacheError(f"{stored.path} does not hold a CONDITIONING: {exc.problem}", rebuild_fix()) from exc
+    loaded = LoadedCache(stored.path, stored.value, stored.metadata, stored.tensors)
+    prompt = stored.metadata.get("prompt_text", "")
+    stored_sha = stored.metadata.get("prompt_sha256", "")
     if prompt and stored_sha != hashlib.sha256(prompt.encode("utf-8")).hexdigest():
         loaded.warnings.append("prompt_sha256 does not match prompt_text: the provenance was edited after saving")
     return loaded
 
 
-def _checked_header(path: Path, fh: Any) -> tuple[SafetensorsHeader, dict[str, str], Any, Any]:
+def _checked_header(path: Path, fh: Any, kind: StoredKind) -> tuple[SafetensorsHeader, dict[str, str], Any, Any]:
     """Everything that can be checked before the data is allocated: layout, size, metadata, structure."""
     size = os.fstat(fh.fileno()).st_size
     head = _read_exact(fh, min(size, 8))
@@ -526,26 +604,26 @@ def _checked_header(path: Path, fh: Any) -> tuple[SafetensorsHeader, dict[str, s
         fh.seek(0)
         named = other_kind(fh.read(HEAD_BYTES))
         if named is not None:
-            raise not_a_cache(path, named.kind) from exc
-        raise CacheError(f"{path} is not a usable safetensors file: {exc}", rebuild_fix()) from exc
-    _check_size(path, header)
+            raise kind.not_kind(path, named.kind) from exc
+        raise CacheError(f"{path} is not a usable safetensors file: {exc}", kind.rebuild_fix()) from exc
+    _check_size(path, header, kind)
     metadata = header.metadata or {}
-    check_metadata(path, header, metadata)
-    records = _json_field(path, metadata, "tensors")
-    structure = _json_field(path, metadata, "structure")
+    check_metadata(path, header, metadata, kind)
+    records = _json_field(path, metadata, "tensors", kind)
+    structure = _json_field(path, metadata, "structure", kind)
     return header, metadata, structure, records
 
 
-def _check_size(path: Path, header: SafetensorsHeader) -> None:
-    if header.data_bytes > MAX_CACHE_BYTES:
-        raise CacheError(f"{path} holds {header.data_bytes / 2**30:.1f} GiB of tensors; a conditioning cache is at most "
-                         f"{MAX_CACHE_BYTES // 2**30} GiB (an encoded prompt is a few MiB)",
-                         "check that this is a conditioning cache; " + rebuild_fix())
+def _check_size(path: Path, header: SafetensorsHeader, kind: StoredKind) -> None:
+    if header.data_bytes > kind.max_bytes:
+        cap = f"{kind.max_bytes // 2**30} GiB" if kind.max_bytes % 2**30 == 0 else f"{kind.max_bytes // 2**20} MiB"
+        raise CacheError(f"{path} holds {header.data_bytes / 2**30:.1f} GiB of tensors; {kind.noun} is at most "
+                         f"{cap} ({kind.typical})", f"check that this is {kind.noun}; " + kind.rebuild_fix())
     for entry in header.tensors.values():
         if not storable_shape(entry.shape):
             raise CacheError(f"{path} holds tensor {entry.name[:60]!r} of shape {str(list(entry.shape))[:80]}; a cache "
                              f"tensor has at most {MAX_TENSOR_RANK} sides of at most {MAX_TENSOR_DIM:,} each",
-                             rebuild_fix())
+                             kind.rebuild_fix())
 
 
 def storable_shape(shape: tuple[int, ...] | list[int]) -> bool:
@@ -582,46 +660,43 @@ def _read_data(path: Path, fh: Any, nbytes: int) -> torch.Tensor:
     return buffer
 
 
-def check_metadata(path: Path, header: SafetensorsHeader, metadata: dict[str, str]) -> None:
-    if metadata.get("h3kit_format") != FORMAT_NAME:
-        names = sorted(header.tensors)
-        hint = ""
-        if any(n.startswith("conditioning_data_") for n in names):
-            hint = " It looks like a Lightricks LTXVSaveConditioning file: load it with LTXVLoadConditioning."
-        shown = ", ".join(repr(n)[1:-1][:60] for n in names[:5])
-        raise CacheError(
-            f"{path} is a safetensors file but not an H3Kit conditioning cache (no h3kit_format metadata; "
-            f"tensors: {shown}{' ...' if len(names) > 5 else ''}).{hint}",
-            "move model files out of the conditioning_cache folder; create caches with H3KitSaveConditioning",
-        )
+def check_metadata(path: Path, header: SafetensorsHeader, metadata: dict[str, str],
+                   kind: StoredKind = CONDITIONING) -> None:
+    if metadata.get("h3kit_format") != kind.format_name:
+        raise kind.foreign(path, sorted(header.tensors))
     raw_version = metadata.get("h3kit_format_version", "")
     if not VERSION_TEXT.fullmatch(raw_version):  # ASCII digits only: "²".isdigit() is True but int("²") fails
-        raise CacheError(f"{path} has a corrupt format version {raw_version[:40]!r}", rebuild_fix())
-    if int(raw_version) > FORMAT_VERSION:
+        raise CacheError(f"{path} has a corrupt format version {raw_version[:40]!r}", kind.rebuild_fix())
+    if int(raw_version) > kind.format_version:
+        word = "cache" if kind is CONDITIONING else kind.format_name.removeprefix("h3kit.")
         raise CacheError(
-            f"{path} was written by a newer H3Kit (cache format version {raw_version}; this H3Kit reads up to "
-            f"{FORMAT_VERSION}, written by H3Kit {metadata.get('h3kit_version', '')[:40] or 'unknown'})",
+            f"{path} was written by a newer H3Kit ({word} format version {raw_version}; this H3Kit reads up to "
+            f"{kind.format_version}, written by H3Kit {metadata.get('h3kit_version', '')[:40] or 'unknown'})",
             "update H3Kit (git pull in custom_nodes/H3Kit, then restart ComfyUI)",
         )
     if int(raw_version) < 1:
-        raise CacheError(f"{path} has an invalid format version {raw_version}", rebuild_fix())
+        raise CacheError(f"{path} has an invalid format version {raw_version}", kind.rebuild_fix())
 
 
-def _json_field(path: Path, metadata: dict[str, str], key: str) -> Any:
+def _json_field(path: Path, metadata: dict[str, str], key: str, kind: StoredKind) -> Any:
     if key not in metadata:
-        raise CacheError(f"{path} has no '{key}' metadata entry", rebuild_fix())
+        raise CacheError(f"{path} has no '{key}' metadata entry", kind.rebuild_fix())
+    return bounded_metadata_json(path, metadata[key], key, kind)
+
+
+def bounded_metadata_json(path: Path, text: str, key: str, kind: StoredKind) -> Any:
+    """One JSON metadata entry of a stored file, within MAX_CACHE_JSON_BYTES and MAX_STRUCTURE_DEPTH."""
     try:
-        return bounded_json.loads(metadata[key], f"its '{key}' metadata entry", max_depth=MAX_STRUCTURE_DEPTH,
+        return bounded_json.loads(text, f"its '{key}' metadata entry", max_depth=MAX_STRUCTURE_DEPTH,
                                   max_bytes=MAX_CACHE_JSON_BYTES)
     except bounded_json.JSONLimitError as exc:
-        raise CacheError(f"{path} is corrupt: {exc}", rebuild_fix()) from exc
+        raise CacheError(f"{path} is corrupt: {exc}", kind.rebuild_fix()) from exc
 
 
-def _tensor_view(path: Path, buffer: torch.Tensor, entry: TensorEntry) -> torch.Tensor:
+def _tensor_view(path: Path, buffer: torch.Tensor, entry: TensorEntry, fix: str) -> torch.Tensor:
     dtype = CODE_TO_DTYPE.get(entry.dtype)
     if dtype is None:
-        raise CacheError(f"{path} holds tensor {entry.name!r} as {entry.dtype}, which H3Kit caches never use",
-                         rebuild_fix())
+        raise CacheError(f"{path} holds tensor {entry.name!r} as {entry.dtype}, which H3Kit files never use", fix)
     if entry.nbytes == 0:
         return torch.empty(entry.shape, dtype=dtype)
     raw = buffer[entry.begin : entry.end]
@@ -630,42 +705,42 @@ def _tensor_view(path: Path, buffer: torch.Tensor, entry: TensorEntry) -> torch.
     return raw.view(dtype).reshape(entry.shape)
 
 
-def _check_tensor_table(path: Path, records: Any, tensors: dict, view: memoryview, header: SafetensorsHeader) -> None:
+def _check_tensor_table(path: Path, records: Any, tensors: dict, view: memoryview, header: SafetensorsHeader,
+                        fix: str) -> None:
     if not isinstance(records, dict) or set(records) != set(tensors) or not all(isinstance(r, dict) for r in records.values()):
-        raise CacheError(f"{path} is corrupt: the tensor table in the metadata does not match the stored tensors",
-                         rebuild_fix())
+        raise CacheError(f"{path} is corrupt: the tensor table in the metadata does not match the stored tensors", fix)
     for name, record in records.items():
         tensor = tensors[name]
         if record.get("dtype") != dtype_name(tensor.dtype) or record.get("shape") != list(tensor.shape):
             raise CacheError(f"{path} is corrupt: tensor {name} ({str(record.get('path'))[:80]}) is "
                              f"{dtype_name(tensor.dtype)}{list(tensor.shape)} but the metadata says "
-                             f"{str(record.get('dtype'))[:20]}{str(record.get('shape'))[:80]}", rebuild_fix())
+                             f"{str(record.get('dtype'))[:20]}{str(record.get('shape'))[:80]}", fix)
         entry = header.tensors[name]
         crc = f"{zlib.crc32(view[entry.begin : entry.end]):08x}"
         if crc != record.get("crc32"):
             raise CacheError(f"{path} is corrupt: the data of tensor {name} ({str(record.get('path'))[:80]}) fails its "
-                             f"checksum (crc32 {crc}, stored {str(record.get('crc32'))[:20]})", rebuild_fix())
+                             f"checksum (crc32 {crc}, stored {str(record.get('crc32'))[:20]})", fix)
 
 
-def _decode(node: Any, tensors: dict[str, torch.Tensor], path: Path) -> Any:
+def _decode(node: Any, tensors: dict[str, torch.Tensor], path: Path, fix: str) -> Any:
     if node is None or isinstance(node, (bool, int, float, str)):
         return node
     if isinstance(node, list):
-        return [_decode(item, tensors, path) for item in node]
+        return [_decode(item, tensors, path, fix) for item in node]
     if not isinstance(node, dict):
-        raise CacheError(f"{path} has a corrupt structure entry {node!r}", rebuild_fix())
+        raise CacheError(f"{path} has a corrupt structure entry {node!r}", fix)
     tag = next((k for k in node if k.startswith("$")), None)
     if tag is None:
-        return {k: _decode(v, tensors, path) for k, v in node.items()}
+        return {k: _decode(v, tensors, path, fix) for k, v in node.items()}
     try:
-        return _decode_tagged(tag, node, tensors, path)
+        return _decode_tagged(tag, node, tensors, path, fix)
     except CacheError:
         raise
     except (KeyError, TypeError, ValueError, OverflowError, struct.error) as exc:
-        raise CacheError(f"{path} has a corrupt structure entry {json.dumps(node)[:80]} ({exc!r})", rebuild_fix()) from exc
+        raise CacheError(f"{path} has a corrupt structure entry {json.dumps(node)[:80]} ({exc!r})", fix) from exc
 
 
-def _decode_tagged(tag: str, node: dict, tensors: dict[str, torch.Tensor], path: Path) -> Any:
+def _decode_tagged(tag: str, node: dict, tensors: dict[str, torch.Tensor], path: Path, fix: str) -> Any:
     value = node[tag]
     if tag == "$tensor":
         return tensors[value]
@@ -674,12 +749,12 @@ def _decode_tagged(tag: str, node: dict, tensors: dict[str, torch.Tensor], path:
             return struct.unpack(">d", int(node["bits"], 16).to_bytes(8, "big"))[0]
         return {"inf": math.inf, "-inf": -math.inf}[value]
     if tag == "$tuple":
-        return tuple(_decode(item, tensors, path) for item in value)
+        return tuple(_decode(item, tensors, path, fix) for item in value)
     if tag == "$size":
         return torch.Size(int(d) for d in value)
     if tag == "$dict":
-        return {_decode(k, tensors, path): _decode(v, tensors, path) for k, v in value}
-    raise CacheError(f"{path} uses the unknown structure tag {tag!r}", "update H3Kit, or " + rebuild_fix())
+        return {_decode(k, tensors, path, fix): _decode(v, tensors, path, fix) for k, v in value}
+    raise CacheError(f"{path} uses the unknown structure tag {tag!r}", "update H3Kit, or " + fix)
 
 
 # ------------------------------------------------------------------------------------- describing

@@ -27,7 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "run a workflow on ComfyUI over HTTP: validate, follow, download, verify, time"),
     "cond": ("cond", "cached conditioning: build (via ComfyUI), info, list, import a legacy .pt safely"),
     "convert": ("convert", "convert model files: bf16-to-fp16 IN OUT (metadata kept, atomic, verified)"),
-    "workflows": ("workflows_ui", "workflows ui: generate the template browser's UI-format copies + thumbnails"),
+    "workflows": ("workflows_ui", "workflows ui: generate the template browser's UI-format copies + thumbnails; "
+                  "workflows split: the two-stage graphs cut at the handoff"),
 }
 EXIT_TABLE_HINT = "README, section 'Exit codes and output'"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ from ..checks.graph_edit import (
 from ..checks.problem import FAIL, PASS, WARN, Check, printable
 from ..checks.reports import report_checks
 from ..checks.verdict import REFUSED, judge
-from . import console
+from . import console, run_pipeline
 from . import schemas as schema_src
 from .options import BYTES, COUNT, SECONDS
 
@@ -96,6 +97,7 @@ class Job:
     seed: int | None
     label: str = ""
     position: int = 0
+    expect_from: dict | None = None  # the graph whose image chain says what the video must be (a split stage's whole)
 
 
 def cache_checks(graph: dict, timing: jobs.Timing) -> list[Check]:
@@ -224,7 +226,8 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
             from ..kernels.mux import verify_video  # torch and PyAV load only when there is a video to verify
 
             left = client.deadline.remaining()
-            checks += verify_video(path, expected_video(job.graph, item.node_id), None if left is None else max(left, 1))
+            expect = expected_video(job.expect_from or job.graph, item.node_id)
+            checks += verify_video(path, expect, None if left is None else max(left, 1))
     return checks
 
 
@@ -233,7 +236,7 @@ def fetch_and_verify(client: ComfyClient, job: Job, entry: dict, prompt_id: str,
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("workflow", type=Path, help="API-format workflow JSON")
-    parser.add_argument("--server", action="append", required=True,
+    parser.add_argument("--server", action="append", default=[],
                         help="ComfyUI URL, e.g. http://127.0.0.1:8188; repeat for round-robin fan-out")
     parser.add_argument("--set", action="append", default=[], metavar="NODE.INPUT=VALUE",
                         help="override an input (NODE = node id or _meta title; VALUE parsed as JSON when it can be)")
@@ -251,6 +254,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-job-download", type=BYTES, default=jobs.MAX_JOB_DOWNLOAD_BYTES, metavar="BYTES",
                         help="fetch at most this many bytes of output files per job (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when not a TTY)")
+    run_pipeline.add_arguments(parser)  # --stage1-server/--stage2-server: the split graph pipelined (issue 32)
 
 
 def read_workflow(path: Path) -> dict:
@@ -311,7 +315,11 @@ def apply_uploads(client: ComfyClient, graph: dict, uploads: list[str], object_i
 
 
 def run(args: argparse.Namespace) -> int:
+    if run_pipeline.wanted(args):
+        return run_pipeline.run(args, sys.modules[__name__])
     try:
+        if not args.server:
+            raise GraphEditError("give --server URL (or --stage1-server and --stage2-server)")
         servers = list(dict.fromkeys(normalise_server(s) for s in args.server))
         runs = args.runs or len(args.server)
         if runs < 1:

@@ -28,15 +28,16 @@ from typing import Any
 from ..adapters.files import write_bytes
 from ..checks.facts import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from ..checks.graph import input_kind, is_link
+from ..checks.graph_split import stage_names
 from ..checks.invocation import command
 from ..checks.problem import printable
 from . import console
 from . import schemas as schema_src
 
 EXIT_STATUSES = {
-    EXIT_OK: "the UI copies are up to date (written, or --check found nothing stale)",
-    EXIT_FAILED: "--check: a copy is stale, missing or left over",
-    EXIT_INVALID: "an API graph cannot be converted (named with the reason), or bad arguments",
+    EXIT_OK: "the UI copies (ui) or stage graphs (split) are up to date (written, or --check found nothing stale)",
+    EXIT_FAILED: "--check: a copy or stage graph is stale, missing or left over",
+    EXIT_INVALID: "an API graph cannot be converted or split (named with the reason), or bad arguments",
 }
 
 GENERATOR = "h3kit workflows ui 1"
@@ -50,7 +51,7 @@ OUTPUT_CLASSES = {
     "SaveVideo", "SaveImage", "SaveAudio", "SaveLatent", "PreviewImage", "PreviewAny", "CreateVideo",
     "VHS_VideoCombine",
 }
-HANDOFF_CLASSES = {"H3KitDraftToLTX"}
+HANDOFF_CLASSES = {"H3KitDraftToLTX", "H3KitSaveDraft", "H3KitLoadDraft"}
 LTX_CLASSES = {"H3KitRefineSetup", "ModelSamplingLTXV", "LTXAVTextEncoderLoader"}
 
 SLOT_H, WIDGET_H, MULTILINE_H = 20, 24, 110
@@ -107,6 +108,22 @@ TEMPLATES = {
         "H3 Ref2VA, LTX-2.5 refine",
         "Two stages: two characters from your pictures, then the LTX-2.5 x2 refine."),
 }
+# The stage graphs `workflows split` cuts from the two-stage graphs: (stage 1 title, stage 2 title) per graph, short
+# enough for a card (32 characters).
+SPLIT_TITLES = {
+    "h3_ltx_two_stage": ("Split 1 - H3 draft", "Split 2 - LTX-2.5 refine"),
+    "h3_ltx_two_stage_cached_cond": ("Split 1 - H3, cached prompt", "Split 2 - LTX-2.5, cached prompt"),
+    "h3_ltx_two_stage_turing": ("Split 1 - H3 on RTX 20xx", "Split 2 - LTX-2.5 on RTX 20xx"),
+    "h3_ltx_two_stage_544": ("Split 1 - H3 on 20xx, 544x320", "Split 2 - LTX on 20xx, 544x320"),
+    "h3_ref2va_two_stage": ("Split 1 - H3 Ref2VA", "Split 2 - Ref2VA, LTX-2.5 refine"),
+}
+SPLIT_WHAT = ("the H3 draft, the handoff and LTX's encode, saved as a draft file (H3KitSaveDraft)",
+              "the draft file (H3KitLoadDraft) refined by LTX-2.5 and muxed with its H3 audio")
+for _parent, _titles in SPLIT_TITLES.items():
+    for _stage, (_name, _title) in enumerate(zip(stage_names(_parent), _titles, strict=True)):
+        TEMPLATES[_name] = Template(_title, f"Stage {_stage + 1} of '{TEMPLATES[_parent].title}' for two GPUs or "
+                                    f"machines: {SPLIT_WHAT[_stage]}. `run --stage1-server A --stage2-server B` "
+                                    "pipelines a batch.")
 UNSAFE_IN_NAMES = set('/\\:*?"<>|#%+\'') | {chr(c) for c in range(32)}  # Windows, URLs, or the editor's selectors
 
 
@@ -683,9 +700,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ui.add_argument("--check", action="store_true", help="write nothing; exit 1 when a generated file is stale")
     ui.add_argument("--api-dir", type=Path, default=schema_src.API_WORKFLOWS_DIR, help=argparse.SUPPRESS)
     ui.add_argument("--out-dir", type=Path, default=schema_src.WORKFLOWS_DIR, help=argparse.SUPPRESS)
+    split = sub.add_parser("split", help="cut each two-stage graph in workflows/api/ at the handoff into "
+                           "<name>_stage1.json and <name>_stage2.json (then run `workflows ui`)")
+    split.add_argument("--check", action="store_true", help="write nothing; exit 1 when a stage graph is stale")
+    split.add_argument("--api-dir", type=Path, default=schema_src.API_WORKFLOWS_DIR, help=argparse.SUPPRESS)
+
+
+def run_split(args: argparse.Namespace) -> int:
+    from .workflows_split import SplitFilesError, stale_split_files, write_split_files
+
+    try:
+        if args.check:
+            problems = stale_split_files(args.api_dir)
+            for problem in problems:
+                console.problem(f"STALE {problem}")
+            if problems:
+                console.problem(f"Fix: run `{command('workflows split')}` and `{command('workflows ui')}`, and commit "
+                                "workflows/api/*_stage*.json and their UI copies")
+                return EXIT_FAILED
+            console.result("OK the stage graphs are up to date")
+            return EXIT_OK
+        written = write_split_files(args.api_dir)
+    except SplitFilesError as exc:
+        console.problem(f"ERROR: {exc}")
+        return EXIT_INVALID
+    for path in written:
+        console.result(f"wrote {path}")
+    console.result(f"{len(written)} stage graph(s) written; now run `{command('workflows ui')}`")
+    return EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.workflows_command == "split":
+        return run_split(args)
     schemas = schema_src.offline_schemas()
     try:
         if args.check:

@@ -21,12 +21,15 @@ from pathlib import Path
 import pytest
 import torch
 from comfyui_host import NATIVE_H3, execution_errors
+from h3kit.checks.graph_split import DRAFT_INPUT, LOAD_DRAFT
 from h3kit.checks.host_layout import adapt_graph
 from h3kit.checks.problem import ERROR, FAIL
 from h3kit.checks.rules_files import model_inputs
 from h3kit.checks.schemas import core_document
 from h3kit.checks.validator import is_input_file_combo, validate_graph
+from h3kit.nodes.common import Report
 from h3kit.nodes.cond_cache_format import save_conditioning
+from h3kit.nodes.draft import write_draft
 from h3kit.scripts import schemas as schema_src
 from verdict_readers import doctor, from_route_report, run_pre_queue, validate
 
@@ -210,6 +213,12 @@ def provide_files(server, graph: dict, object_info: dict) -> None:
                 target = server.base_dir / "input" / value
                 if not target.exists():
                     target.write_bytes(tiny_png() if not value.endswith((".wav", ".flac", ".mp3")) else tiny_wav())
+        if node.get("class_type") == LOAD_DRAFT:  # a stage-2 graph: a real draft under its name (the node checks it)
+            target = server.base_dir / "input" / node["inputs"][DRAFT_INPUT]
+            if not target.exists():
+                latent, audio = {"samples": torch.zeros(1, 128, 1, 2, 2)}, {"waveform": torch.zeros(1, 2, 8),
+                                                                            "sample_rate": 32000}
+                write_draft(target.parent, target.name, latent, audio, Report(LOAD_DRAFT))
 
 
 def tiny_safetensors() -> bytes:

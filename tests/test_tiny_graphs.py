@@ -66,4 +66,5 @@ def test_the_refine_prompt_encoder_is_the_only_text_encoder_replaced_by_a_cache(
         assert "CLIPTextEncode" not in classes and "CLIPLoader" not in classes, name
         h3_encoders = [n for n in shipped(name).values() if n["class_type"] == "CLIPLoader"
                        and n["inputs"]["type"] == "minimax"]
-        assert classes.count("H3KitTestTinyTextEncoderLoader") == len(h3_encoders) == 1, name
+        stage2 = name.endswith("_stage2")  # `workflows split`: the LTX half starts at the draft file, no H3 encoder
+        assert classes.count("H3KitTestTinyTextEncoderLoader") == len(h3_encoders) == (0 if stage2 else 1), name

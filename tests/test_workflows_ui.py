@@ -178,7 +178,7 @@ def test_picture_upload_nodes_hold_room_for_the_picture(schemas):
     uploads = [(name, n) for name in NAMES for n in _ui(name)["nodes"]
                if any(w.spec == [wui.PICTURE_UPLOAD] for w in wui.widget_layout(schemas[n["type"]], {}))]
     assert {n["type"] for _name, n in uploads} == {"LoadImage"}
-    assert len(uploads) == 4  # two pictures in each Ref2VA graph
+    assert len(uploads) == 6  # two pictures in each Ref2VA graph and in the Ref2VA two-stage graph's stage 1
     for name, node in uploads:
         assert node["size"][1] >= LOAD_IMAGE_MIN_HEIGHT, f"{name}: node {node['id']} is {node['size'][1]} px tall"
 

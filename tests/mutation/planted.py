@@ -205,4 +205,12 @@ MUTANTS: list[Mutant] = [
            "                                 f\"check a smaller graph, or use `{command('validate FILE')}`\")\n        stop()",
            "                                 f\"check a smaller graph, or use `{command('validate FILE')}`\")",
            ("tests/test_event_loop.py",)),
+    # issue 32: two stages on two servers
+    Mutant("M58", "a vanished server's clip is not tried again on another server of its stage",
+           "adapters/comfy_pipeline.py",
+           'elif result.kind == "retry" and clip.attempts[stage] < MAX_STAGE_ATTEMPTS and self.live(stage):',
+           "elif False:", ("tests/test_pipeline_runner.py",)),
+    Mutant("M59", "a hidden name ('.x') accepted as a draft name or a draft's prefix", "nodes/draft.py",
+           "if part.startswith(\".\") else (\n            name_problem(part))",
+           "if False else (\n            name_problem(part))", ("tests/test_draft.py",)),
 ]
