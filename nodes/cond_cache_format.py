@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from ..adapters import bounded_json
-from ..adapters.files import atomic_path, name_problem, open_regular, os_reason
+from ..adapters.files import TargetExists, atomic_path, name_problem, open_regular, os_reason
 from ..adapters.safetensors_file import (
     SafetensorsHeader,
     SafetensorsHeaderError,
@@ -349,20 +349,33 @@ def save_conditioning(
     result = SaveResult(target, "written", len(conditioning), len(encoder_state.tensors), 0, metadata["prompt_sha256"])
     existed = target.exists()
     if existed and not overwrite:
-        if _same_content(target, encoder_state.tensors, metadata):
-            result.status, result.bytes = "unchanged", target.stat().st_size
-            return result
-        raise CacheError(f"{target} already exists and holds different conditioning",
-                         "turn on overwrite (node input 'overwrite', CLI --overwrite) to replace it, or choose another name",
-                         input_name="name")
-    _write_atomically(target, encoder_state.tensors, metadata, save_file)
+        return _unchanged_or_refused(result, target, encoder_state.tensors, metadata, "")
+    try:
+        _write_atomically(target, encoder_state.tensors, metadata, save_file, overwrite)
+    except TargetExists:  # another save published this name after the check above: its file stays, as it is
+        return _unchanged_or_refused(result, target, encoder_state.tensors, metadata,
+                                     " (another save wrote it while this one was writing)")
     result.status = "replaced" if existed else "written"
     result.bytes = target.stat().st_size
     return result
 
 
-def _write_atomically(target: Path, tensors: dict, metadata: dict[str, str], save_file: Any) -> None:
-    """Through the one atomic writer (adapters/files.py): readers see the old file or the new one, never half.
+FIX_TAKEN = "turn on overwrite (node input 'overwrite', CLI --overwrite) to replace it, or choose another name"
+
+
+def _unchanged_or_refused(result: SaveResult, target: Path, tensors: dict, metadata: dict[str, str],
+                          when: str) -> SaveResult:
+    """`target` exists and overwriting was not asked: "unchanged" when it holds this very value, else CacheError."""
+    if _same_content(target, tensors, metadata):
+        result.status, result.bytes = "unchanged", target.stat().st_size
+        return result
+    raise CacheError(f"{target} already exists{when} and holds different conditioning; it was left as it is",
+                     FIX_TAKEN, input_name="name")
+
+
+def _write_atomically(target: Path, tensors: dict, metadata: dict[str, str], save_file: Any, overwrite: bool) -> None:
+    """Through the one atomic writer (adapters/files.py): readers see the old file or the new one, never half;
+    without `overwrite` the publish never replaces a file (TargetExists when the name was taken meanwhile).
     A full disk (found before writing, or by the write itself) is one CacheError; an existing file stays intact."""
     from safetensors import SafetensorError
 
@@ -374,8 +387,10 @@ def _write_atomically(target: Path, tensors: dict, metadata: dict[str, str], sav
         if free is not None and free < needed:
             raise CacheError(f"cannot write {target}: it needs {needed / 2**20:.1f} MiB but the disk has "
                              f"{free / 2**20:.1f} MiB free{keep}", fix, input_name="name")
-        with atomic_path(target, overwrite=True) as tmp:
+        with atomic_path(target, overwrite=overwrite) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
+    except TargetExists:
+        raise
     except OSError as exc:
         raise CacheError(f"cannot write {target}: it {os_reason(exc)}{keep}", fix, input_name="name") from exc
     except SafetensorError as exc:  # the library's own I/O error (a full disk: 'No space left on device')
