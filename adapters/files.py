@@ -130,12 +130,13 @@ def open_regular(path: Path | str, mode: str = "rb", buffering: int = -1) -> IO:
         raise
 
 
-def sniff_file(path: Path | str) -> FileKind | None:
+def sniff_file(path: Path | str, text_expected: bool = False) -> FileKind | None:
     """The kind of the file at `path`, or None when it cannot be opened or is not a regular file (a FIFO or a
-    device is never read: it would block or never end; the caller reports why)."""
+    device is never read: it would block or never end; the caller reports why). `text_expected`: a file that
+    should hold text (a prompt) is text when it reads as text (checks/filetypes.sniff)."""
     try:
         with open_regular(path) as handle:
-            return sniff(handle.read(HEAD_BYTES))
+            return sniff(handle.read(HEAD_BYTES), text_expected)
     except OSError:
         return None
 
