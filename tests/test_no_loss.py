@@ -94,6 +94,27 @@ def test_without_hard_links_the_reservation_never_replaces_a_file(tmp_path, monk
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.bin"]
 
 
+def test_without_hard_links_a_writer_between_check_and_rename_loses_nothing(tmp_path, monkeypatch):
+    # Another writer publishes the same new name at the worst moment: just before our rename. With the O_EXCL
+    # reservation the name is already ours, so it is refused; a check-then-rename would replace its file.
+    monkeypatch.setattr(os, "link", _no_hard_links)
+    target, real_replace, outcomes = tmp_path / "a.bin", os.replace, []
+
+    def replace_after_a_rival(src, dst):
+        if not outcomes:
+            outcomes.append("rival started")
+            try:
+                files.write_bytes(target, b"theirs")
+                outcomes.append("rival written")
+            except files.TargetExists:
+                outcomes.append("rival refused")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_after_a_rival)
+    files.write_bytes(target, b"ours")
+    assert outcomes == ["rival started", "rival refused"] and target.read_bytes() == b"ours"
+
+
 def test_a_failed_rename_gives_the_reserved_name_back(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "link", _no_hard_links)
 
