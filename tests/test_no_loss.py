@@ -35,8 +35,9 @@ def _no_hard_links(*_args, **_kwargs):
     raise OSError(errno.EPERM, "Operation not permitted")  # what FAT / some network shares answer to link()
 
 
-def _racer(seed: int, name: str, barrier, results, primitive: str) -> None:
+def _racer(seed: int, name: str, folder: str, barrier, results, primitive: str) -> None:
     """One save in its own process: both start together at the barrier, each with its own conditioning."""
+    os.environ["H3KIT_COND_CACHE_DIR"] = folder
     if primitive == "o_excl":
         os.link = _no_hard_links
     cond = [[torch.randn(1, 256, 5120, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16),
@@ -53,14 +54,17 @@ def _racer(seed: int, name: str, barrier, results, primitive: str) -> None:
 
 
 @pytest.mark.parametrize("primitive", ["hard_link", "o_excl"])
-def test_two_processes_saving_one_new_name_never_lose_a_file(tmp_path, monkeypatch, primitive):
+def test_two_processes_saving_one_new_name_never_lose_a_file(tmp_path, primitive):
     folder = tmp_path / "conditioning_cache"
-    monkeypatch.setenv("H3KIT_COND_CACHE_DIR", str(folder))
-    context = multiprocessing.get_context("fork")  # the children share the imported pack (torch loads once)
+    # forkserver: the children fork from a process that imported the pack (torch loads once) but never ran a torch
+    # op; forking this test process, whose torch thread pools may be in use, can deadlock a child
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["h3kit.nodes.conditioning_cache"])
     for round_index in range(ROUNDS):
         name = f"race_{round_index}"
         barrier, results = context.Barrier(2), context.Queue()
-        racers = [context.Process(target=_racer, args=(2 * round_index + k, name, barrier, results, primitive))
+        racers = [context.Process(target=_racer, args=(2 * round_index + k, name, str(folder), barrier,
+                                                          results, primitive))
                   for k in range(2)]
         for racer in racers:
             racer.start()
