@@ -3,8 +3,11 @@ workflows) goes through here:
 
 - the data goes to a temp file in the target's own folder, is flushed and fsynced, then published with one
   rename, so readers see the old file or the whole new one, never half of it;
-- an existing target is never replaced unless the caller asks (`overwrite=True`); without it the publish
-  step is a hard link, which fails atomically when the name appeared meanwhile;
+- an existing target is never replaced unless the caller asks (`overwrite=True`, only where the user asked);
+  without it the publish step is the one never-overwrite primitive, `publish_new`: a hard link, which fails
+  atomically when the name appeared meanwhile (on a file system without hard links, the name is first reserved
+  with O_CREAT|O_EXCL, which fails the same way, then the data is renamed onto the reservation). A check of
+  `exists()` followed by a replace is never a publish: two writers would both pass the check;
 - the result has the mode an ordinary `open()` would give (0o666 minus the umask), not mkstemp's 0600;
 - on any error or interruption the temp file is removed and the target is untouched.
 
@@ -30,6 +33,7 @@ from typing import IO, Any
 
 from ..checks.filetypes import HEAD_BYTES, FileKind, sniff
 from ..checks.problem import unsafe_char
+from .log import log_once
 
 TEMP_SUFFIX = ".tmp"
 MAX_NAME_TRIES = 10_000
@@ -128,21 +132,23 @@ def open_regular(path: Path | str, mode: str = "rb", buffering: int = -1) -> IO:
         raise
 
 
-def sniff_file(path: Path | str) -> FileKind | None:
+def sniff_file(path: Path | str, text_expected: bool = False) -> FileKind | None:
     """The kind of the file at `path`, or None when it cannot be opened or is not a regular file (a FIFO or a
-    device is never read: it would block or never end; the caller reports why)."""
+    device is never read: it would block or never end; the caller reports why). `text_expected`: a file that
+    should hold text (a prompt) is text when it reads as text (checks/filetypes.sniff)."""
     try:
         with open_regular(path) as handle:
-            return sniff(handle.read(HEAD_BYTES))
+            return sniff(handle.read(HEAD_BYTES), text_expected)
     except OSError:
         return None
 
 
 class TargetExists(FileExistsError):
-    """The target exists and overwriting was not asked for."""
+    """The target exists and overwriting was not asked for; nothing was replaced."""
 
     def __init__(self, path: Path):
-        super().__init__(errno.EEXIST, f"{path} exists; choose another name or allow overwriting", str(path))
+        super().__init__(errno.EEXIST, f"{path} already exists and was left as it is; choose another name, or turn "
+                         "overwrite on to replace it", str(path))
         self.path = Path(path)
 
 
@@ -181,7 +187,10 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _link_no_overwrite(tmp: Path, target: Path) -> None:
+def publish_new(tmp: Path, target: Path) -> None:
+    """The one never-overwrite primitive: give the finished file `tmp` the name `target` unless that name exists,
+    atomically (TargetExists when it does, even when it appeared a moment ago; the existing file is untouched).
+    A hard link; where the file system has none, an O_EXCL reservation of the name, then a rename onto it."""
     try:
         os.link(tmp, target)  # fails with EEXIST if the name exists, even if it appeared a moment ago
     except FileExistsError:
@@ -189,10 +198,33 @@ def _link_no_overwrite(tmp: Path, target: Path) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
             raise
-        # A file system without hard links (FAT, some network shares): check, then rename.
-        if target.exists():
-            raise TargetExists(target) from None
+        log_once("files:no-hard-links", f"H3Kit: {target.parent} has no hard links ({os_reason(exc)}); new files "
+                 "there are published by reserving the name with O_EXCL, then renaming onto it")
+        _reserve_then_rename(tmp, target)
+
+
+def _reserve_then_rename(tmp: Path, target: Path) -> None:
+    """A file system without hard links (FAT, some network shares): O_CREAT|O_EXCL creates the name only if no one
+    has it (atomic, like the link); the rename then replaces our own empty reservation, nothing else."""
+    try:
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_BINARY", 0), 0o600)
+    except FileExistsError:
+        raise TargetExists(target) from None
+    try:
+        reserved = os.fstat(fd)
+    finally:
+        os.close(fd)
+    try:
         os.replace(tmp, target)
+    except BaseException:
+        try:
+            now = os.stat(target)
+            if (now.st_dev, now.st_ino, now.st_size) == (reserved.st_dev, reserved.st_ino, 0):
+                os.unlink(target)  # still our empty reservation: give the name back
+        except OSError as exc:
+            log_once(f"files:reservation:{target}", f"H3Kit: could not give back the reserved name {target} "
+                     f"({os_reason(exc)}); it is an empty file")
+        raise
 
 
 def _publish(tmp: Path, target: Path, overwrite: bool, unique: bool) -> Path:
@@ -202,7 +234,7 @@ def _publish(tmp: Path, target: Path, overwrite: bool, unique: bool) -> Path:
         return target
     for _ in range(MAX_NAME_TRIES):
         try:
-            _link_no_overwrite(tmp, target)
+            publish_new(tmp, target)
             return target
         except TargetExists:
             if not unique:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 HEAD_BYTES = 4096  # enough for every signature below and a safetensors header's first key
 MAX_SAFETENSORS_HEADER = 100_000_000  # the safetensors library's own limit on the JSON header (MAX_HEADER_SIZE)
+JSON_BLANKS = b" \t\r\n"
+TEXT_CONTROLS = frozenset(b"\t\n\r\f")
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,31 @@ AUDIO_KINDS = frozenset({"wav", "flac", "ogg", "mp3"})
 
 
 def _is_safetensors(head: bytes) -> bool:
+    """8-byte little-endian header length within the library's limit, then a JSON object's start: `{` followed
+    (after any blanks) by `"` or `}`. Checked before every other signature, because the length's low bytes can
+    spell one: 640, 896, 1152 and 1408 start with 0x80 0x02..0x05 (a pickle's opcode), 64,511 with 0xff 0xfb (MP3),
+    3,359,817 with "ID3", 67,324,752 with "PK\x03\x04". No such file continues with 5 zero bytes and `{"`."""
     if len(head) < 10:
         return False
     (length,) = struct.unpack("<Q", head[:8])
-    return 2 <= length <= MAX_SAFETENSORS_HEADER and head[8:9] == b"{"
+    if not 2 <= length <= MAX_SAFETENSORS_HEADER or head[8:9] != b"{":
+        return False
+    after = head[9:].lstrip(JSON_BLANKS)
+    return after[:1] in (b'"', b"}", b"")
+
+
+def looks_like_text(head: bytes) -> bool:
+    """UTF-8 text (a character cut at the end of the sample allowed) without NUL or any other C0 control than tab,
+    newline, carriage return and form feed: what a prompt file holds. A media file has such bytes in its first
+    few hundred, so text that happens to start like a signature ("ID3 tags", "OggS", "GIF89a") stays text."""
+    body = head.removeprefix(b"\xef\xbb\xbf")
+    if any(byte < 0x20 and byte not in TEXT_CONTROLS for byte in body) or b"\x7f" in body:
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(body) - 3 and exc.reason == "unexpected end of data"
+    return True
 
 
 def _ebml_kind(head: bytes) -> str:
@@ -92,10 +115,18 @@ def _text_kind(head: bytes) -> str:
     return "text"
 
 
-def sniff(head: bytes) -> FileKind:
-    """The kind of file whose first bytes are `head` (pass at least HEAD_BYTES when the file has them)."""
+def sniff(head: bytes, text_expected: bool = False) -> FileKind:
+    """The kind of file whose first bytes are `head` (pass at least HEAD_BYTES when the file has them).
+
+    Our own format first: a safetensors header of any length is safetensors, whatever its length's bytes spell.
+    `text_expected` (a prompt file, never a widget: widget text is never sniffed): text is text (`looks_like_text`),
+    even when it starts like a media signature; only what is not text is named by its signature."""
     if not head:
         return KINDS["empty"]
+    if _is_safetensors(head):
+        return KINDS["safetensors"]
+    if text_expected and looks_like_text(head):
+        return KINDS[_text_kind(head)]
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         key = "png"
     elif head.startswith(b"\xff\xd8\xff"):
@@ -122,8 +153,6 @@ def sniff(head: bytes) -> FileKind:
         key = "pickle"
     elif head.startswith(b"GGUF"):
         key = "gguf"
-    elif _is_safetensors(head):
-        key = "safetensors"
     else:
         key = _text_kind(head)
     return KINDS[key]

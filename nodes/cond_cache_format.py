@@ -453,23 +453,36 @@ def save_conditioning(
     result = SaveResult(target, "written", len(conditioning), len(encoder_state.tensors), 0, metadata["prompt_sha256"])
     existed = target.exists()
     if existed and not overwrite:
-        if _same_content(target, encoder_state.tensors, metadata):
-            result.status, result.bytes = "unchanged", target.stat().st_size
-            return result
-        raise CacheError(f"{target} already exists and holds different conditioning",
-                         "turn on overwrite (node input 'overwrite', CLI --overwrite) to replace it, or choose another name",
-                         input_name="name")
-    write_stored(target, encoder_state.tensors, metadata, overwrite=True)
+        return _unchanged_or_refused(result, target, encoder_state.tensors, metadata, "")
+    try:
+        write_stored(target, encoder_state.tensors, metadata, overwrite=overwrite)
+    except TargetExists:  # another save published this name after the check above: its file stays, as it is
+        return _unchanged_or_refused(result, target, encoder_state.tensors, metadata,
+                                     " (another save wrote it while this one was writing)")
     result.status = "replaced" if existed else "written"
     result.bytes = target.stat().st_size
     return result
+
+
+FIX_TAKEN = "turn on overwrite (node input 'overwrite', CLI --overwrite) to replace it, or choose another name"
+
+
+def _unchanged_or_refused(result: SaveResult, target: Path, tensors: dict, metadata: dict[str, str],
+                          when: str) -> SaveResult:
+    """`target` exists and overwriting was not asked: "unchanged" when it holds this very value, else CacheError."""
+    if _same_content(target, tensors, metadata):
+        result.status, result.bytes = "unchanged", target.stat().st_size
+        return result
+    raise CacheError(f"{target} already exists{when} and holds different conditioning; it was left as it is",
+                     FIX_TAKEN, input_name="name")
 
 
 def write_stored(target: Path, tensors: dict, metadata: dict[str, str], *, overwrite: bool = False,
                  unique: bool = False, input_name: str = "name") -> Path:
     """`tensors` + `metadata` as a safetensors file, through the one atomic writer (adapters/files.py): readers see
     the old file or the new one, never half. `overwrite` replaces `target`; `unique` publishes under the next free
-    name when it is taken (never overwriting); neither: an existing `target` is an error. Returns where it landed.
+    name when it is taken (never overwriting); neither: TargetExists when `target` exists, even when another writer
+    published it a moment ago (the caller says what that means). Returns where it landed.
     A full disk (found before writing, or by the write itself) is one CacheError; an existing file stays intact."""
     from safetensors import SafetensorError
     from safetensors.torch import save_file
@@ -486,6 +499,8 @@ def write_stored(target: Path, tensors: dict, metadata: dict[str, str], *, overw
             save_file(tensors, str(pending.tmp), metadata=metadata)
         return pending.path
     except TargetExists as exc:
+        if not unique:
+            raise
         raise CacheError(f"{exc.path} already exists", "choose another name: files are never replaced",
                          input_name=input_name) from exc
     except OSError as exc:

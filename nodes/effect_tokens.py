@@ -7,10 +7,16 @@ text at `(?<=\\s)embedding:`, loads each file with load_embed from the encoder's
 entry per row where the marker stood (host-api.md §4, §10). Both hosts carry that inner SDTokenizer, 5120 wide.
 
 EffectTokenizer wraps the host tokenizer and always takes the second path: the reference part from the host
-tokenizer itself (called with an empty prompt), the prompt piece by piece through the host's inner SDTokenizer, each
-marker's rows scaled by `strength` once, in fp32 (the dtype the encoder splices in). A marker the inner tokenizer
-cannot load stops the encode with an error; it never becomes text. Nothing of the host is patched: H3KitEffectPrompt
-hands a clone of the CLIP with this tokenizer to the host's own nodes (MiniMaxH3ImageToVideo, CLIPTextEncode, ...).
+tokenizer itself (called with an empty prompt), the prompt cut where the host cuts it, its text through the host's
+inner SDTokenizer, each marker resolved as the host's load_embed would (its word, cut at '<' or '[', retried without
+trailing commas; the inner tokenizer's embeddings folders, indexed once per prompt: effect_files.EmbeddingIndex),
+checked like a file chosen in the node (effect_files: layout from the header, at most 1,024 float rows, all finite;
+at most 16 markers and 4,096 rows per prompt) and only then read, its rows scaled by `strength` once, in fp32 (the
+dtype the encoder splices in), the text after the marker's word through the inner tokenizer again. A typed marker
+never reaches the host's loader, which would read any file whole and walk every folder for each marker. A marker
+that resolves to no file, to several, or to a file that fails a check stops the encode with an error; it never
+becomes text. Nothing of the host is patched: H3KitEffectPrompt hands a clone of the CLIP with this tokenizer to the
+host's own nodes (MiniMaxH3ImageToVideo, CLIPTextEncode, ...).
 
 H3's dialogue tokens (`<d>`, `</d>` and five more, checks.facts.H3_DIALOGUE_TOKENS): upstream ComfyUI gives the inner
 SDTokenizer's Qwen tokenizer these seven special tokens (Comfy-Org/ComfyUI#15808), so each is one id; ComfyUI 0.33.0
@@ -29,6 +35,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from re import compile as regex
 from typing import Any
 
@@ -36,10 +43,12 @@ import torch
 
 from ..adapters.host import host_loaded, host_module
 from ..checks import facts, h3_prompt
+from . import effect_files
 from .common import H3KitInputError, Report
 
 MARKER = "embedding:"
 MARKER_SPLIT = regex(r"(?<=\s)embedding:")  # the host's split (comfy/sd1_clip.py SDTokenizer.tokenize_with_weights)
+NAME_END = regex(r"[<\[]")  # where the host cuts a marker's name (SDTokenizer._try_get_embedding)
 REFERENCE_KWARGS = ("images", "minimax_ref_items")  # what MiniMaxH3Tokenizer turns into labels + vision blocks
 FIX_ENCODER = "connect the MiniMax-H3 text encoder (CLIPLoader type 'minimax')"
 H3_TOKENIZER_MODULE = "comfy.text_encoders.minimax"  # the host's MiniMax-H3 tokenizer (ComfyUI >= 0.33.0)
@@ -86,6 +95,64 @@ def marker_pieces(text: str) -> list[str]:
 
 def marker_word(piece: str) -> str:
     return piece.split()[0] if piece.split() else piece
+
+
+@dataclass(frozen=True)
+class MarkerName:
+    """What the host's SDTokenizer makes of a marker piece: the name load_embed is asked for and the text after it,
+    and where the name ends in commas the name without them and the text that then follows."""
+    word: str  # the marker as typed: its first word
+    name: str
+    leftover: str
+    stripped: str | None
+    stripped_leftover: str
+
+    @classmethod
+    def of(cls, piece: str) -> MarkerName:
+        words = piece[len(MARKER):].strip("\n").split()
+        name, leftover = (words[0], " ".join(words[1:])) if words else ("", "")
+        cut = NAME_END.search(name)
+        if cut is not None:
+            leftover = name[cut.start():] + (" " + leftover if leftover else "")
+            name = name[:cut.start()]
+        stripped = name.strip(",")
+        return cls(marker_word(piece), name, leftover, stripped if len(stripped) < len(name) else None,
+                   f"{name[len(stripped):]} {leftover}")
+
+
+@dataclass(frozen=True)
+class ResolvedMarker:
+    word: str
+    files: list[str]  # every file load_embed could pick (real paths); one for a usable marker
+    leftover: str  # the text after the name, tokenized as text
+
+
+def resolve_marker(index: effect_files.EmbeddingIndex, piece: str) -> ResolvedMarker:
+    """The files `piece`'s marker names in `index` (the host's rules: the name, else the name without its commas)."""
+    parts = MarkerName.of(piece)
+    found = index.candidates(parts.name)
+    if found or parts.stripped is None:
+        return ResolvedMarker(parts.word, found, parts.leftover)
+    return ResolvedMarker(parts.word, index.candidates(parts.stripped), parts.stripped_leftover)
+
+
+def checked_marker(node: str, input_name: str, index: effect_files.EmbeddingIndex,
+                   marker: ResolvedMarker) -> effect_files.EffectInfo:
+    """The one file a typed marker loads, checked as a chosen effect file is (effect_files.inspect_file); a marker that
+    names no file or several stops with an error."""
+    if not marker.files:
+        where = ", ".join(index.roots) or "none configured"
+        cut = f"; the folder walk {'; '.join(index.stopped)}" if index.stopped else ""
+        raise H3KitInputError(node, input_name, marker.word,
+                              f"the text encoder cannot load {marker.word}: its embeddings folders ({where}) hold no "
+                              f"such file{cut}, so the effect would be read as plain text",
+                              "put the effect file in models/embeddings/ and choose it in H3KitEffectPrompt's effect "
+                              "list")
+    if len(marker.files) > 1:
+        raise H3KitInputError(node, input_name, marker.word,
+                              f"{marker.word} names {len(marker.files)} files ({', '.join(marker.files[:3])}); ComfyUI "
+                              "would load any one of them", "rename or remove the other files of that name")
+    return effect_files.inspect_file(node, input_name, marker.word, Path(marker.files[0]))
 
 
 def single_batch(node: str, batches: Any, what: str) -> list[tuple]:
@@ -144,16 +211,44 @@ class EffectTokenizer:
         return {self.key: [entries]}
 
     def prompt_tokens(self, text: str) -> tuple[list[tuple], list[tuple[str, int, int]]]:
-        """(the prompt's entries, [(marker, index of its first row in them, row count)])."""
+        """(the prompt's entries, [(marker, index of its first row in them, row count)]). Every marker is resolved
+        and checked before any is read (module docstring); each file is read once."""
+        pieces = marker_pieces(text if isinstance(text, str) else str(text))
+        plan = self._checked_markers(pieces)
         entries: list[tuple] = []
         spans = []
-        for piece in marker_pieces(text if isinstance(text, str) else str(text)):
-            batch = single_batch(self.node, self.inner.tokenize_with_weights(piece, disable_weights=True), piece)
-            if piece.startswith(MARKER):
-                batch = self._scaled(piece, batch)
-                spans.append((marker_word(piece), len(entries), len(leading_rows(batch))))
-            entries += [(entry[0], entry[1]) for entry in batch]
+        rows_of: dict[Path, torch.Tensor] = {}
+        for piece in pieces:
+            if not piece.startswith(MARKER):
+                entries += self._text(piece)
+                continue
+            marker, info = plan[len(spans)]
+            if info.path not in rows_of:
+                rows_of[info.path] = effect_files.load_rows(self.node, "prompt", info) * self.strength
+            rows = rows_of[info.path]
+            spans.append((marker.word, len(entries), rows.shape[0]))
+            entries += [(row, 1.0) for row in rows]
+            if marker.leftover:
+                entries += self._text(marker.leftover)
         return entries, spans
+
+    def _text(self, text: str) -> list[tuple]:
+        batch = single_batch(self.node, self.inner.tokenize_with_weights(text, disable_weights=True), text)
+        return [(entry[0], entry[1]) for entry in batch]
+
+    def _checked_markers(self, pieces: list[str]) -> list[tuple[ResolvedMarker, effect_files.EffectInfo]]:
+        """Each marker piece's file, checked from its header; the prompt's budget (markers, then rows) first."""
+        markers = [piece for piece in pieces if piece.startswith(MARKER)]
+        effect_files.check_prompt_budget(self.node, "prompt", len(markers))
+        if not markers:
+            return []
+        index = effect_files.EmbeddingIndex.of(getattr(self.inner, "embedding_directory", None))
+        plan = []
+        for piece in markers:
+            marker = resolve_marker(index, piece)
+            plan.append((marker, checked_marker(self.node, "prompt", index, marker)))
+        effect_files.check_prompt_budget(self.node, "prompt", len(markers), sum(info.rows for _, info in plan))
+        return plan
 
     def _reference_entries(self, kwargs: dict) -> list[tuple]:
         """Labels and vision blocks exactly as the host tokenizer builds them (it appends the prompt last)."""
@@ -161,18 +256,6 @@ class EffectTokenizer:
             return []
         batches = self.host.tokenize_with_weights("", False, **kwargs).get(self.key)
         return [(entry[0], entry[1]) for entry in single_batch(self.node, batches, "references")]
-
-    def _scaled(self, piece: str, batch: list[tuple]) -> list[tuple]:
-        rows = leading_rows(batch)
-        if not rows:
-            word = marker_word(piece)
-            raise H3KitInputError(
-                self.node, "prompt", word,
-                f"the text encoder cannot load {word}: its embeddings folders hold no such file (or the file has "
-                "no tensor it can use), so the effect would be read as plain text",
-                "put the effect file in models/embeddings/ and choose it in H3KitEffectPrompt's effect list")
-        scaled = [(row.detach().to(torch.float32) * self.strength, 1.0) for row in rows]
-        return scaled + batch[len(rows):]
 
 
 def with_effects(node: str, clip: Any, strength: float, tokenizer: Any = None) -> Any:

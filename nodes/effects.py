@@ -20,6 +20,9 @@ worked.
 
 Effect files are listed by name only; tensors are read at execution, safetensors through their header alone
 (8-byte length + JSON) unless the rows themselves are needed, legacy .pt/.bin only with weights_only=True.
+Every effect, chosen in a node or typed as a marker into a prompt, passes the same checks (effect_files.py: layout,
+row cap, float dtype, finite rows; per prompt at most 16 markers and 4,096 rows), and the embeddings folders are
+walked once per prompt (effect_files.EmbeddingIndex) to resolve all its markers.
 """
 
 from __future__ import annotations
@@ -36,24 +39,25 @@ from typing import Any
 import torch
 
 from ..adapters.host import comfyui_version, host_choices, host_loaded, host_module, running_host_node_ids
-from ..adapters.log import log_once
-from ..adapters.safetensors_file import SafetensorsHeaderError, read_header
-from ..checks import facts, h3_prompt, server
+from ..checks import h3_prompt, server
 from ..checks.rules_lints import effect_prompt_wiring, prompt_encoders
-from . import effect_tokens
+from . import effect_files, effect_tokens
 from .common import H3KitInputError, Report, category
+from .effect_files import (
+    EXTENSIONS,
+    H3_EMBED_KEY,
+    H3_WIDTH,
+    EffectInfo,
+    EmbeddingIndex,
+    inside,
+    logged_walks,
+    width_hint,
+)
 
 CATEGORY = category("Effects")
-H3_WIDTH = facts.H3_EMBEDDING_WIDTH
-H3_EMBED_KEY = "qwen3vl_32b"  # the tensor name the H3 tokenizer prefers inside an embedding file
 ENV_DIR = "H3KIT_EMBEDDINGS_DIR"
 MARKER = effect_tokens.MARKER
 NONE = "none"
-EXTENSIONS = (".safetensors", ".pt", ".bin")  # the ones ComfyUI's load_embed tries for a bare name
-MAX_WALK_FOLDERS = 10_000  # documented limits of the embeddings folder scan (docs/security.md)
-MAX_WALK_DEPTH = 32
-MAX_EFFECT_ROWS = 1024  # rows (prompt tokens) of one effect; the ten published ones total 10.7 MB (field-notes §D)
-MAX_EFFECT_HEADER_BYTES = 2**20  # an effect file's safetensors header: one tensor and a little metadata
 
 POSITIONS = ("after_first_shot_tag", "after_first_sentence", "end")
 SHOT_HEADINGS = "[Shot k], Shot k:, CUT k: or a timed line like [0s-2s]"
@@ -61,32 +65,12 @@ SENTENCE_END = regex(r"[.!?\u3002\uff01\uff1f](?=\s|$)")
 WORD = regex(r"\w")
 LEADING_MARKERS = regex(r"\A(?:\s*embedding:\S+)+\s*")
 ANY_MARKER = regex(r"embedding:(\S*)")
-
-FLOAT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
-
-# Token widths of ComfyUI text encoders (embedding_size in comfy/text_encoders/*.py, v0.3.64 and NEW).
-KNOWN_WIDTHS = {
-    facts.H3_EMBEDDING_WIDTH: "Qwen3-VL-32B (MiniMax-H3)",
-    4096: "T5-XXL / UMT5-XXL / Llama (Flux, SD3, Wan, LTX-Video 0.9, HunyuanVideo)",
-    3840: "Gemma-3-12B (LTX-2.x text encoder)",
-    3584: "Qwen2.5-VL-7B (Qwen-Image)",
-    2560: "Gemma-3-4B",
-    2304: "Gemma-2-2B (Lumina 2)",
-    2048: "Pile-T5-XL / mT5-XL / Qwen2.5-VL-3B (AuraFlow, HunyuanDiT, OmniGen2)",
-    1280: "CLIP-G (SDXL)",
-    1024: "CLIP-H (SD 2.x)",
-    768: "CLIP-L (SD 1.x / SDXL / Flux)",
-}
+LISTED_PROBLEMS = 8  # marker problems listed one by one in a report or an error
 
 FIX_F15 = (
     "put the marker at the start of the first shot's description, after its heading ([Shot 1], SHOT 1:, CUT 1: or "
     "[0s-2s]; H3 prompts start 'integrated_multimodal_description: [Shot 1] ...'), never as the first token (F15)"
 )
-
-
-def width_hint(width: int) -> str:
-    known = KNOWN_WIDTHS.get(width)
-    return f"{width} is the token width of {known}" if known else f"{width} matches no known text encoder"
 
 
 # ------------------------------------------------------------------------------------------- folders and files
@@ -98,83 +82,12 @@ def embedding_dirs() -> list[Path]:
     return [Path(p) for p in raw.split(os.pathsep) if p]
 
 
-@dataclass
-class FolderWalk:
-    folders: list[str]  # absolute paths of the folders visited (each real folder once)
-    files: list[str]  # embedding files, relative POSIX names
-    stopped: str = ""  # why the walk stopped early, or ""
-
-
-def walk_embeddings(root: Path) -> FolderWalk:
-    """Every folder and embedding file under `root`, in os.walk's order, following links as ComfyUI does but
-    visiting each real folder once (a link loop ends there) and at most MAX_WALK_FOLDERS folders,
-    MAX_WALK_DEPTH deep: a huge or looping tree costs bounded time, and the cut is reported, never hidden."""
-    walk = FolderWalk([], [])
-    seen: set[str] = set()
-    stack = [(str(root), "", 0)]
-    while stack:
-        folder, rel, depth = stack.pop()
-        real = os.path.realpath(folder)
-        if real in seen:
-            continue
-        if len(walk.folders) >= MAX_WALK_FOLDERS:
-            walk.stopped = f"stopped after {MAX_WALK_FOLDERS} folders under {root}"
-            break
-        seen.add(real)
-        walk.folders.append(folder)
-        subfolders = []
-        for entry in _entries(folder):
-            if _is_folder(entry):
-                subfolders.append((entry.path, f"{rel}{entry.name}/", depth + 1))
-            elif entry.name.lower().endswith(EXTENSIONS):
-                walk.files.append(rel + entry.name)
-        if subfolders and depth >= MAX_WALK_DEPTH:
-            walk.stopped = f"did not enter folders more than {MAX_WALK_DEPTH} levels below {root}"
-            continue
-        stack.extend(reversed(subfolders))
-    return walk
-
-
-def _entries(folder: str) -> list[os.DirEntry]:
-    try:
-        with os.scandir(folder) as entries:
-            return sorted(entries, key=lambda entry: entry.name)
-    except OSError as exc:
-        log_once(f"effects-scan:{folder}", f"H3Kit effects: cannot list {folder} ({exc.strerror or exc}); skipped")
-        return []
-
-
-def _is_folder(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir()  # follows links; a dangling or self-referencing link is no folder
-    except OSError:
-        return False
-
-
-def _walks(dirs: list[Path]) -> list[FolderWalk]:
-    walks = [walk_embeddings(root) for root in dirs if root.is_dir()]
-    for walk in walks:
-        if walk.stopped:
-            log_once(f"effects-walk:{walk.stopped}", f"H3Kit effects: {walk.stopped}; files further down are not "
-                     "listed (move effect files nearer the top of models/embeddings)")
-    return walks
-
-
 def list_effect_files() -> list[str]:
     """Names for the effect combo. Reads directory entries only: no file is opened at startup."""
     names: list[str] = []
-    for walk in _walks(embedding_dirs()):
+    for walk in logged_walks(embedding_dirs()):
         names.extend(n for n in walk.files if n not in names)
     return names
-
-
-def _inside(folder: Path, candidate: str) -> bool:
-    # abspath, not realpath: a link inside the folder is the user's choice (ComfyUI's load_embed does the same)
-    folder_abs = os.path.abspath(folder)
-    try:
-        return os.path.commonpath((folder_abs, os.path.abspath(candidate))) == folder_abs
-    except ValueError:  # different drives on Windows
-        return False
 
 
 def resolve_effect_file(node: str, input_name: str, name: str) -> Path:
@@ -191,7 +104,7 @@ def resolve_effect_file(node: str, input_name: str, name: str) -> Path:
                               f"choose a {', '.join(EXTENSIONS)} file from the list")
     for root in dirs:
         candidate = os.path.join(root, name)
-        if not _inside(root, candidate):
+        if not inside(root, candidate):
             raise H3KitInputError(node, input_name, name, "the name points outside the embeddings folder",
                                   "choose an effect from the list; names cannot contain '..'")
         if os.path.isfile(candidate):
@@ -204,149 +117,36 @@ def resolve_effect_file(node: str, input_name: str, name: str) -> Path:
 
 
 # ------------------------------------------------------------------------------------------- reading effect files
-@dataclass(frozen=True)
-class EffectInfo:
-    name: str  # the combo value, relative to its embeddings folder
-    path: Path
-    rows: int
-    width: int
-    dtype: str
-    tensor: str | None  # tensor name inside a safetensors file
-
-    def summary(self) -> dict[str, Any]:
-        return {"file": self.name, "rows": self.rows, "width": self.width, "dtype": self.dtype}
-
-
-def _pick_tensor(names: list[str]) -> str | None:
-    """Which tensor ComfyUI's load_embed uses for H3: the one keyed qwen3vl_32b, else the only one."""
-    if H3_EMBED_KEY in names:
-        return H3_EMBED_KEY
-    return names[0] if len(names) == 1 else None
-
-
-def _inspect_safetensors(node: str, input_name: str, name: str, path: Path) -> EffectInfo:
-    try:
-        header = read_header(path, MAX_EFFECT_HEADER_BYTES)  # the library's rules: truncated or overlapping is refused
-    except (OSError, SafetensorsHeaderError) as exc:
-        raise H3KitInputError(node, input_name, name, f"not a readable safetensors file ({exc})",
-                              "download the effect file again") from exc
-    chosen = _pick_tensor(sorted(header.tensors))
-    if chosen is None:
-        names = sorted(header.tensors)
-        raise H3KitInputError(node, input_name, name,
-                              f"holds {len(names)} tensors ({', '.join(names[:6]) or 'none'}) and none is named '{H3_EMBED_KEY}'",
-                              f"use an effect file with one tensor, or name the effect tensor '{H3_EMBED_KEY}'")
-    entry = header.tensors[chosen]
-    if entry.dtype not in FLOAT_DTYPES:
-        raise H3KitInputError(node, input_name, name, f"tensor '{chosen}' has dtype {entry.dtype}, not a float type",
-                              "use an effect file with F16, BF16 or F32 rows")
-    return _checked(node, input_name, name, path, list(entry.shape), entry.dtype, chosen)
-
-
-def _legacy_tensor(node: str, input_name: str, name: str, path: Path) -> torch.Tensor:
-    """The embedding inside a .pt/.bin file, loaded without pickle code (weights_only=True); a file larger than
-    MAX_EFFECT_ROWS float64 rows could ever be is refused before it is loaded."""
-    most = MAX_EFFECT_ROWS * H3_WIDTH * 8 + 2**20
-    if path.stat().st_size > most:
-        raise H3KitInputError(node, input_name, name, f"the file is {path.stat().st_size:,} bytes; an effect of "
-                              f"{MAX_EFFECT_ROWS:,} rows is at most {most:,}", "use an H3 effect file")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad or unsafe file
-        raise H3KitInputError(node, input_name, name,
-                              f"cannot be read safely ({type(exc).__name__}: {str(exc)[:160]})",
-                              "convert it to .safetensors; H3Kit never unpickles code") from exc
-    if isinstance(obj, dict) and isinstance(obj.get("string_to_param"), dict):  # A1111 textual inversion
-        obj = next(iter(obj["string_to_param"].values()), None)
-    elif isinstance(obj, dict):
-        tensors = {k: v for k, v in obj.items() if torch.is_tensor(v)}
-        key = _pick_tensor(sorted(tensors))
-        obj = tensors.get(key) if key else None
-    if not torch.is_tensor(obj):
-        raise H3KitInputError(node, input_name, name, "holds no single embedding tensor",
-                              f"save the [N, {H3_WIDTH}] rows alone (or under '{H3_EMBED_KEY}') as .safetensors")
-    return obj
-
-
-def _checked(node: str, input_name: str, name: str, path: Path, shape: list[int], dtype: str,
-             tensor: str | None) -> EffectInfo:
-    if len(shape) != 2:
-        raise H3KitInputError(node, input_name, name,
-                              f"the tensor has shape {shape}: an effect is 2-D [N, {H3_WIDTH}] (N rows of conditioning tokens)",
-                              f"use an H3 effect file; a single vector needs reshaping to [1, {H3_WIDTH}]")
-    rows, width = shape
-    if width != H3_WIDTH:
-        raise H3KitInputError(node, input_name, name,
-                              f"rows are {width} wide; {width_hint(width)}, while the MiniMax-H3 encoder needs {H3_WIDTH} "
-                              "(ComfyUI would drop it with only a 'shape mismatch' log line)",
-                              f"use an effect made for MiniMax-H3 ([N, {H3_WIDTH}]); this one belongs to another model")
-    if rows < 1:
-        raise H3KitInputError(node, input_name, name, "the tensor has 0 rows", "use a non-empty effect file")
-    if rows > MAX_EFFECT_ROWS:
-        raise H3KitInputError(node, input_name, name, f"the tensor has {rows:,} rows; an effect has at most "
-                              f"{MAX_EFFECT_ROWS:,} (each row is one prompt token)", "use an H3 effect file")
-    return EffectInfo(name, path, rows, width, dtype, tensor)
-
-
 def inspect_effect(node: str, input_name: str, name: str) -> EffectInfo:
     """Check an effect file without loading its rows (safetensors: header only)."""
-    path = resolve_effect_file(node, input_name, name)
-    if path.suffix.lower() == ".safetensors":
-        return _inspect_safetensors(node, input_name, name, path)
-    tensor = _legacy_tensor(node, input_name, name, path)
-    return _checked(node, input_name, name, path, list(tensor.shape), str(tensor.dtype).removeprefix("torch."), None)
+    return effect_files.inspect_file(node, input_name, name, resolve_effect_file(node, input_name, name))
 
 
 def load_effect_rows(node: str, input_name: str, info: EffectInfo) -> torch.Tensor:
-    """The [N, 5120] rows as float32 (the dtype ComfyUI splices embeddings in)."""
-    if info.tensor is not None:
-        from safetensors import safe_open
-
-        with safe_open(str(info.path), framework="pt", device="cpu") as handle:
-            rows = handle.get_tensor(info.tensor)
-    else:
-        rows = _legacy_tensor(node, input_name, info.name, info.path)
-    if tuple(rows.shape) != (info.rows, info.width):
-        raise H3KitInputError(node, input_name, info.name, f"file changed while reading (shape {list(rows.shape)})",
-                              "run the node again")
-    return rows.to(torch.float32)
+    """The [N, 5120] rows as float32 (the dtype ComfyUI splices embeddings in), checked (effect_files.checked_rows:
+    the same check a typed marker's rows pass)."""
+    return effect_files.load_rows(node, input_name, info)
 
 
 # ------------------------------------------------------------------------------------------- markers in text
-def _comfy_candidates(marker_name: str, dirs: list[Path]) -> set[str]:
-    """Every file ComfyUI's load_embed could pick for `embedding:<marker_name>`: it searches each folder and
-    all its subfolders (in no fixed order), trying the name as given, then + .safetensors/.pt/.bin."""
-    found: set[str] = set()
-    for walk in _walks(dirs):
-        for folder in walk.folders:
-            base = os.path.join(folder, marker_name)
-            if not _inside(folder, base):
-                continue
-            for candidate in (base, *(base + ext for ext in EXTENSIONS)):
-                if os.path.isfile(candidate):
-                    found.add(os.path.realpath(candidate))
-                    break
-    return found
-
-
 def _marker_safe(name: str) -> bool:
     # ComfyUI takes the first whitespace-separated word, cuts it at '<' or '[' and strips trailing commas
     return bool(name) and not re.search(r"[\s<\[]", name) and not name.endswith(",")
 
 
-def marker_for(node: str, input_name: str, info: EffectInfo) -> str:
-    """`embedding:<name>` that ComfyUI resolves to exactly this file: the bare stem when unambiguous."""
+def marker_for(node: str, input_name: str, info: EffectInfo, index: EmbeddingIndex) -> str:
+    """`embedding:<name>` that ComfyUI resolves to exactly this file: the bare stem when unambiguous (`index`: the
+    embeddings folders, walked once for the whole prompt)."""
     stem = info.name[: -len(info.path.suffix)]
     target = os.path.realpath(info.path)
-    dirs = embedding_dirs()
     for name in (stem, info.name):
-        if _marker_safe(name) and _comfy_candidates(name, dirs) == {target}:
+        if _marker_safe(name) and index.candidates(name) == [target]:
             return MARKER + name
     if not _marker_safe(info.name):
         raise H3KitInputError(node, input_name, info.name,
                               "the file name contains a space, '<', '[' or a trailing comma, which ends an embedding: marker",
                               "rename the file (letters, digits, '_', '-', '.')")
-    others = sorted(_comfy_candidates(stem, dirs) - {target})
+    others = sorted(set(index.candidates(stem)) - {target})
     raise H3KitInputError(node, input_name, info.name,
                           f"'{MARKER}{stem}' is ambiguous: ComfyUI may load {', '.join(others[:3])} instead",
                           "rename or remove the other file with the same name")
@@ -402,18 +202,48 @@ def split_leading_markers(text: str) -> tuple[list[str], str]:
     return match.group(0).split(), text[match.end():]
 
 
-def marker_problems(text: str) -> list[str]:
-    """Markers ComfyUI will treat as literal text or cannot resolve, each as one sentence."""
+def count_markers(text: str) -> int:
+    """The embedding: markers the host's tokenizer would resolve in `text` (glued ones are text to it)."""
+    return sum(piece.startswith(MARKER) for piece in effect_tokens.marker_pieces(text))
+
+
+def marker_problems(node: str, text: str, index: EmbeddingIndex, chosen: dict[str, EffectInfo] | None = None) -> list[str]:
+    """Every marker of `text` checked once against `index` (the folders walked once per prompt). Markers ComfyUI will
+    treat as literal text, or that resolve to no file or to several, are sentences (at most LISTED_PROBLEMS, then a
+    count). A marker that resolves to one file passes the checks of a chosen effect file, rows included
+    (effect_files: layout from the header, then the rows read and all finite), else the node stops; so does a
+    prompt over its budget of markers and rows. `chosen`: markers of files this node already checked (by their
+    marker), counted but not read again."""
+    chosen = chosen or {}
+    pieces = effect_tokens.marker_pieces(text)
+    markers = [piece for piece in pieces if piece.startswith(MARKER)]
+    effect_files.check_prompt_budget(node, "prompt", len(markers))
     problems = []
-    dirs = embedding_dirs()
     for match in ANY_MARKER.finditer(text):
-        start, raw = match.start(), match.group(1)
+        start = match.start()
         if start > 0 and text[start - 1] not in " \n":
             problems.append(f"'{match.group(0)}' follows '{text[start - 1]}', not a space or newline, so ComfyUI reads it as plain text")
+    typed: dict[str, EffectInfo] = {}
+    rows = 0
+    for piece in markers:
+        word = effect_tokens.marker_word(piece)
+        if word in chosen:
+            rows += chosen[word].rows
             continue
-        name = re.split(r"[<\[]", raw)[0].rstrip(",")
-        if not name or not _comfy_candidates(name, dirs):
-            problems.append(f"'{MARKER}{name}' matches no file in the embeddings folders, so ComfyUI ignores it")
+        marker = effect_tokens.resolve_marker(index, piece)
+        if len(marker.files) != 1:
+            problems.append(f"'{marker.word}' matches no file in the embeddings folders, so ComfyUI ignores it"
+                            if not marker.files else f"'{marker.word}' matches {len(marker.files)} files "
+                            f"({', '.join(marker.files[:3])}), and ComfyUI may load any one of them")
+            continue
+        if marker.files[0] not in typed:
+            typed[marker.files[0]] = effect_tokens.checked_marker(node, "prompt", index, marker)
+        rows += typed[marker.files[0]].rows
+    effect_files.check_prompt_budget(node, "prompt", len(markers), rows)
+    for info in typed.values():  # within the budget: read and check each typed marker's rows once
+        effect_files.load_rows(node, "prompt", info)
+    if len(problems) > LISTED_PROBLEMS:
+        problems = problems[:LISTED_PROBLEMS] + [f"and {len(problems) - LISTED_PROBLEMS} more markers like these"]
     return problems
 
 
@@ -436,7 +266,7 @@ def _file_signature(effects: list[str]) -> str:
     for name in _selected_effects(effects):
         for root in embedding_dirs():
             path = os.path.join(root, name)
-            if _inside(root, path) and os.path.isfile(path):
+            if inside(root, path) and os.path.isfile(path):
                 stat = os.stat(path)
                 parts.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
                 break
@@ -521,8 +351,10 @@ class H3KitEffectPrompt:
                 raise H3KitInputError(node, input_name, value, f"the same effect is already chosen in '{seen[value]}'",
                                       f"set '{input_name}' to none or to another effect")
             seen[value] = input_name
+        effect_files.check_prompt_budget(node, "prompt", count_markers(prompt) + len(chosen))
         infos = [(input_name, inspect_effect(node, input_name, value)) for input_name, value in chosen]
-        markers = [marker_for(node, input_name, info) for input_name, info in infos]
+        index = EmbeddingIndex.of(embedding_dirs())  # once for the whole prompt: every marker is resolved in it
+        markers = [marker_for(node, input_name, info, index) for input_name, info in infos]
 
         moved, body = split_leading_markers(prompt)
         result = self._place(body, moved + markers, position, report) if moved or markers else prompt
@@ -531,7 +363,8 @@ class H3KitEffectPrompt:
             if strict:
                 raise H3KitInputError(node, "prompt", prompt, problem, f"use this prompt instead: {result!r}")
             report.warn(problem + "; moved mid-sentence")
-        for problem in marker_problems(body) + marker_problems(" ".join(moved)):
+        for problem in marker_problems(node, result, index, {marker: info for marker, (_, info) in zip(markers, infos,
+                                                                                                strict=True)}):
             if strict:
                 raise H3KitInputError(node, "prompt", prompt, problem, "put a space before the marker and install the file")
             report.warn(problem)
@@ -541,6 +374,7 @@ class H3KitEffectPrompt:
         if not chosen and not moved:
             report.set(position_used=None, note="no effect chosen; prompt unchanged")
         in_text = [effect_tokens.marker_word(p) for p in effect_tokens.marker_pieces(result) if p.startswith(MARKER)]
+        in_text = markers + [m for m in in_text if m not in markers]  # the host is asked about a checked file first
         if clip is None:
             parses = self._without_encoder(node, strength, in_text, report)
             effect_tokens.report_served_dialogue(node, result, [str(d) for d in embedding_dirs()], report,
@@ -820,7 +654,11 @@ class H3KitEffectSplice:
         if moved:
             raise H3KitInputError(node, "prompt", prompt, f"the prompt starts with {' '.join(moved)}, which has no effect (F15)",
                                   "remove it and choose the effect in 'effect'")
+        effect_files.check_prompt_budget(node, "prompt", count_markers(prompt) + 1)
         info = inspect_effect(node, "effect", effect)
+        embeddings = EmbeddingIndex.of(embedding_dirs())  # once for the whole prompt
+        for problem in marker_problems(node, prompt, embeddings):  # typed markers pass the same checks (rows too)
+            report.warn(problem)
         rows = load_effect_rows(node, "effect", info) * strength
         if strength == 0:
             report.warn("strength 0 splices zero rows: the effect is neutralised")
@@ -837,7 +675,8 @@ class H3KitEffectSplice:
         if index < 1:
             raise H3KitInputError(node, "prompt", prompt, "no token precedes the chosen position", FIX_F15)
         spliced = base.entries[:index] + [(row, 1.0) for row in rows] + base.entries[index:]
-        report.set(host_rows=self._host_rows_agree(node, clip, base.key, info, rows, strength, report))
+        report.set(host_rows=self._host_rows_agree(node, clip, base.key, info, rows, strength, embeddings,
+                                                    report))
 
         cond = clip.encode_from_tokens_scheduled({base.key: [spliced]})
         shape = conditioning_shape(node, cond)
@@ -860,12 +699,12 @@ class H3KitEffectSplice:
 
     @staticmethod
     def _host_rows_agree(node: str, clip: Any, key: str, info: EffectInfo, rows: torch.Tensor, strength: float,
-                         report: Report) -> str:
+                         index: EmbeddingIndex, report: Report) -> str:
         """Cross-check with rows we did not read: the encoder's own embedding loader (the inner SDTokenizer of its
         tokenizer, ComfyUI's load_embed) resolving `embedding:<name>` must yield the same N rows. Where it cannot
         (the file is only in H3KIT_EMBEDDINGS_DIR, or the name cannot be a marker) the skip is a visible fallback."""
         try:
-            marker = marker_for(node, "effect", info)
+            marker = marker_for(node, "effect", info, index)
         except H3KitInputError as exc:
             report.fallback("host_rows", f"rows not cross-checked with the encoder's embedding loader: {exc.problem}")
             return "not checked"

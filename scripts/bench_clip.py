@@ -55,6 +55,11 @@ if __name__ == "__main__":  # with --host: the host's allocator and VRAM set-up 
     bench_hoststart.start_from_argv(sys.argv, dynamic_vram=True)
 import torch  # noqa: E402
 
+try:
+    from . import bench_output  # imported as part of the package (tests)
+except ImportError:  # run as a file: python scripts/bench_*.py puts scripts/ first on sys.path
+    import bench_output
+
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "workflows" / "api" / "h3_ltx_two_stage_cached_cond.json"
 GIB = 2**30
@@ -117,11 +122,12 @@ class SyntheticFiles:
 
     def place(self, models_dir: Path) -> None:
         """Empty files of the shipped names, so the host's folder lists and loaders find them."""
+        files = bench_output.pack_module("adapters.files")
         for name, (folder, _build) in self.builders.items():
             (models_dir / folder).mkdir(parents=True, exist_ok=True)
             target = models_dir / folder / name
-            if not target.exists():
-                target.touch()
+            if not target.exists():  # a reused --workdir keeps its placeholders
+                files.write_bytes(target, b"")
 
     def write(self, models_dir: Path, which: str, dit_format: str, pack_module: str) -> None:
         """Write the models of `which` (dits | all) as .safetensors files under the shipped names, the two DiTs in
@@ -770,6 +776,7 @@ def main() -> int:
                         "WORKDIR/models); give the same folder to later processes to reuse the files")
     parser.add_argument("--json", type=Path, help="write environment + rows here")
     args = parser.parse_args()
+    output = bench_output.JsonOutput(args.json)
     bench = Bench(args)
     env = environment(bench)
     print(json.dumps(env), flush=True)
@@ -782,9 +789,9 @@ def main() -> int:
                     "error": f"{type(exc).__name__}: {exc}"[:800], "trace": traceback.format_exc()[-1500:]}]
         rows += new
         compare_latents(rows)
-        if args.json:  # after every configuration, so a run cut short keeps what it measured
-            partial = [{k: v for k, v in row.items() if k != "final_latent"} for row in rows]
-            args.json.write_text(json.dumps({"environment": env, "rows": partial}, indent=1, default=str))
+        # after every configuration, so a run cut short keeps what it measured
+        partial = [{k: v for k, v in row.items() if k != "final_latent"} for row in rows]
+        output.write({"environment": env, "rows": partial}, default=str)
     for row in rows:
         row.pop("final_latent", None)
         if "final_latent_vs_host" in row:
@@ -792,8 +799,7 @@ def main() -> int:
                               "phase": row["phase"], "final_latent_vs_host": row["final_latent_vs_host"]}), flush=True)
     env["models"] = bench.files.built
     print(json.dumps({"models": bench.files.built}), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({"environment": env, "rows": rows}, indent=1, default=str))
+    output.write({"environment": env, "rows": rows}, default=str)
     return 0
 
 

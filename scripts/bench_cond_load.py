@@ -45,6 +45,7 @@ def interleaved_ms(variants: dict[str, Callable[[], object]], repeats: int) -> d
 def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import load_file
 
+    from ..adapters.files import atomic_path
     from ..nodes.cond_cache_format import read_cache, save_conditioning
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         result = save_conditioning(Path(folder), "bench", conditioning, prompt_text="4K, refined")
         save_ms = (time.perf_counter() - start) * 1e3
         legacy = Path(folder) / "bench.pt"
-        torch.save(conditioning, legacy)
+        with atomic_path(legacy) as tmp:
+            torch.save(conditioning, tmp)
         path = str(result.path)
         variants = {
             "h3kit read_cache": lambda: read_cache(result.path),

@@ -150,6 +150,10 @@ def main() -> int:
     args = parser.parse_args()
     if not args.comfyui:
         parser.error("--comfyui (or COMFYUI_DIR) is required")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_output
+
+    output = bench_output.JsonOutput(args.json)
     h3, ops = load_host(args.comfyui, args.device)
     import torch
 
@@ -198,8 +202,7 @@ def main() -> int:
             with torch.no_grad():
                 for layer in PROJECTIONS:
                     block.get_submodule(layer).weight.div_(gain)
-    if args.json:
-        args.json.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+    output.write({"environment": env, "rows": rows})
     return 0
 
 

@@ -26,14 +26,11 @@ one shape run back to back in one process, compared as ratios to the host.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import platform
 import statistics
 import sys
 import time
-import types
-from importlib import import_module
 from pathlib import Path
 
 ROOT_EARLY = Path(__file__).resolve().parents[1]
@@ -43,6 +40,11 @@ if __name__ == "__main__":  # with --host: the host's allocator and VRAM set-up 
 
     bench_hoststart.start_from_argv(sys.argv, dynamic_vram=False)
 import torch  # noqa: E402
+
+try:
+    from . import bench_output  # imported as part of the package (tests)
+except ImportError:  # run as a file: python scripts/bench_*.py puts scripts/ first on sys.path
+    import bench_output
 
 ROOT = Path(__file__).resolve().parents[1]
 H3_FULL = {"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336, "rot": 96, "tokens": [10_000, 37_000, 108_000]}
@@ -54,21 +56,7 @@ QUANT = {"plain": None, "int8": "TensorWiseINT8Layout", "nvfp4": "TensorCoreNVFP
 
 def load_pack(name: str = "lowvram"):
     """One node module of the pack as package `h3kit` (installed, or this checkout without registering every node)."""
-    try:
-        return import_module(f"h3kit.nodes.{name}")
-    except ImportError:
-        pass
-    for package_name, folder in (("h3kit", ROOT), ("h3kit.nodes", ROOT / "nodes"), ("h3kit.adapters", ROOT / "adapters"),
-                                 ("h3kit.kernels", ROOT / "kernels"), ("h3kit.checks", ROOT / "checks")):
-        if package_name not in sys.modules:
-            package = types.ModuleType(package_name)
-            package.__path__ = [str(folder)]
-            sys.modules[package_name] = package
-    spec = importlib.util.spec_from_file_location(f"h3kit.nodes.{name}", ROOT / "nodes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_output.pack_module(f"nodes.{name}")
 
 
 def timed(runs: dict, device, reps, warmup) -> dict:
@@ -633,6 +621,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write environment + rows here")
     args = parser.parse_args()
+    output = bench_output.JsonOutput(args.json)
     device = torch.device(args.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -655,8 +644,7 @@ def main() -> int:
             rows += bench_ltx_host(host, args, device, dtype)
     else:
         rows += _stand_in(args, device, dtype)
-    if args.json:
-        args.json.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+    output.write({"environment": env, "rows": rows})
     return 0
 
 

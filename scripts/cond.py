@@ -331,7 +331,7 @@ def _prompt_file(path: Path) -> str:
     if path.stat().st_size > MAX_CACHE_HEADER_BYTES:  # the prompt is kept in the cache's header
         raise CommandError(f"--text-file {path} is {path.stat().st_size:,} bytes; a prompt kept with a cache is at most "
                            f"{MAX_CACHE_HEADER_BYTES:,}")
-    kind = sniff_file(path)
+    kind = sniff_file(path, text_expected=True)  # prompt text is text, even when it starts "ID3" or "OggS"
     if kind is None:
         raise CommandError(f"--text-file {path} cannot be read (missing, a folder, or no permission)")
     if kind.key not in ("text", "json", "empty"):

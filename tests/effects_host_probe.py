@@ -22,6 +22,12 @@ host's own MiniMax-H3 text path, and the tier-(a) stand-ins against the real cla
    tokens. H3Kit's copy (effect_tokens.with_dialogue_tokens), H3KitRef2VAPrompt's and H3KitEffectPrompt's clip outputs
    must give that oracle's ids for the shipped Ref2VA prompts and more, and the host's own ids where there is no
    dialogue.
+6. Typed markers (issue 33 item 4), last, in the same embeddings folder: the clip output of H3KitEffectPrompt given
+   to the host's MiniMaxH3ImageToVideo with a prompt whose typed `embedding:` marker names a file of 1,025 rows, of
+   200,000 rows (a sparse file), of int64 rows of 2**40 or of NaN rows, and prompts of 17 and of 100,000 markers:
+   each must stop with H3Kit's error, never reach the host's load_embed, within seconds and without the memory the
+   rows would take (peak RSS before and after); then a 10,000-folder tree: 16 markers cost one walk. Typed markers
+   with a comma or a '<Picture 1>' after the name give the ids of the host's own whole-prompt parse.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import importlib.util
 import inspect
 import json
 import os
+import resource
+import struct
 import sys
 import time
 from pathlib import Path
@@ -337,6 +345,82 @@ def check_marker_capability(effects, clip) -> dict:
             **outcomes}
 
 
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _sparse_rows(path: Path, rows: int) -> None:
+    header = json.dumps({"qwen3vl_32b": {"dtype": "BF16", "shape": [rows, 5120],
+                                         "data_offsets": [0, rows * 5120 * 2]}}).encode()
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(header)) + header)
+        handle.truncate(8 + len(header) + rows * 5120 * 2)
+
+
+def check_typed_markers(effects, clip) -> dict:
+    """Typed markers through the clip output on the host's own MiniMaxH3ImageToVideo (see the module, step 6)."""
+    folder = WORK / "embeddings"
+    save_file({"qwen3vl_32b": torch.zeros(1025, 5120)}, str(folder / "typed_1025.safetensors"))
+    save_file({"qwen3vl_32b": torch.full((4, 5120), 2**40, dtype=torch.int64)}, str(folder / "typed_int64.safetensors"))
+    save_file({"qwen3vl_32b": torch.full((2, 5120), float("nan"))}, str(folder / "typed_nan.safetensors"))
+    _sparse_rows(folder / "typed_200000.safetensors", 200_000)
+    node7 = GRAPH["7"]["inputs"]
+    prompt = GRAPH["6"]["inputs"]["prompt"]
+    _, _, prepared = effects.H3KitEffectPrompt().execute(prompt, EFFECT, clip=clip)
+    host_loads = []
+    real_load_embed = comfy.sd1_clip.load_embed
+
+    def counted(name, *args, **kwargs):
+        host_loads.append(name)
+        return real_load_embed(name, *args, **kwargs)
+
+    comfy.sd1_clip.load_embed = counted
+
+    def encode(text: str) -> dict:
+        before, started = _peak_rss_mib(), time.monotonic()
+        try:
+            MiniMaxH3ImageToVideo.execute(clip=prepared, vae=None, prompt=text, width=node7["width"],
+                                          height=node7["height"], length=node7["length"])
+            outcome = {"ok": True}
+        except Exception as exc:  # noqa: BLE001 - the node's error is the result
+            outcome = {"ok": False, "error": str(exc), "type": type(exc).__name__}
+        return {**outcome, "seconds": round(time.monotonic() - started, 2),
+                "peak_rss_growth_mib": round(_peak_rss_mib() - before, 1)}
+
+    result = {}
+    try:
+        for name in ("typed_1025", "typed_200000", "typed_int64", "typed_nan"):
+            result[name] = encode(f"{prompt} Then embedding:{name} here.")
+        result["markers_17"] = encode(prompt + " x embedding:minimaxh3_bullet_time" * 17)
+        result["markers_100000"] = encode(prompt + " embedding:minimaxh3_bullet_time" * 100_000)
+        result["host_loads_during_attacks"] = list(host_loads)
+        inner = clip.tokenizer.qwen3vl_32b
+        same = []
+        for tail in (" Then embedding:minimaxh3_bullet_time, it rises.", " A embedding:minimaxh3_bullet_time<Picture 1> b"):
+            ours = host_ids_of(prepared.tokenizer, prompt + tail)
+            theirs = [e[0] if isinstance(e[0], int) else "row" for e in
+                      inner.tokenize_with_weights(prompt + tail, disable_weights=True)[0]]
+            same.append(ours == theirs)
+        result["typed_equals_host_parse"] = same
+        tree = folder / "tree"
+        for i in range(10_000):
+            (tree / f"{i // 100:02d}" / f"{i % 100:02d}").mkdir(parents=True, exist_ok=True)
+        scanned = []
+        real_scandir = os.scandir
+        os.scandir = lambda path: scanned.append(path) or real_scandir(path)
+        try:
+            started = time.monotonic()
+            tokens = prepared.tokenize(prompt + " x embedding:minimaxh3_bullet_time" * 16)["qwen3vl_32b"][0]
+            result["tree_16_markers"] = {"seconds": round(time.monotonic() - started, 2), "folders_read": len(scanned),
+                                         "rows": sum(torch.is_tensor(e[0]) for e in tokens)}
+        finally:
+            os.scandir = real_scandir
+        result["host_loads_total"] = len(host_loads)
+    finally:
+        comfy.sd1_clip.load_embed = real_load_embed
+    return result
+
+
 def main() -> None:
     started = time.monotonic()
     seconds = {}
@@ -360,6 +444,8 @@ def main() -> None:
     result["markers"] = check_marker_capability(effects, clip)
     result["dialogue"] = check_dialogue(effects, clip)
     lap("capabilities")
+    result["typed_markers"] = check_typed_markers(effects, clip)
+    lap("typed_markers")
     print(json.dumps({**result, "seconds": seconds}))
 
 

@@ -268,3 +268,40 @@ def test_list_inside_a_comfyui_folder_finds_its_cache_folder_as_doctor_finds_the
     assert f"{comfyui / 'models' / 'conditioning_cache'} (from the ComfyUI folder {comfyui})" in out
     assert "ltx_generic_refine.safetensors" in out
     assert run_cond("info", "ltx_generic_refine") == 0
+
+
+# ------------------------------------------------------------------------------------------- issue 33 item 6
+def _cache_with_header(folder: Path, header: int) -> Path:
+    """An H3Kit cache whose safetensors header is exactly `header` bytes (its first bytes then spell a pickle's
+    \\x80\\x02..\\x05 opcode), tuned through the prompt text's length."""
+    cond_value = [[torch.zeros(1, 2, 4), {"pooled_output": None}]]
+    for pad in range(header):
+        result = fmt.save_conditioning(folder, f"h{header}", cond_value, prompt_text="p" * pad, overwrite=True)
+        if int.from_bytes(result.path.read_bytes()[:8], "little") == header:
+            return result.path
+    raise AssertionError(f"no prompt length gives a {header}-byte header")
+
+
+@pytest.mark.parametrize("header", [640, 896, 1152, 1408])
+def test_our_own_cache_is_never_taken_for_a_pickle(cache_dir, tmp_path, capsys, header):
+    path = _cache_with_header(cache_dir, header)
+    assert path.read_bytes()[0] == 0x80
+    assert run_cond("info", str(path)) == 0
+    capsys.readouterr()
+    assert run_cond("import", str(path), "again") == 2  # the old code fed it to torch.load
+    err = capsys.readouterr().err
+    assert "already a safetensors file" in err and "torch.load" not in err and "pickle" not in err
+    cut = tmp_path / f"cut{header}.safetensors"
+    cut.write_bytes(path.read_bytes()[:header])  # truncated inside its header
+    assert run_cond("info", str(cut)) == 2
+    err = capsys.readouterr().err
+    assert "cond import" not in err and "pickle" not in err and "safetensors" in err
+
+
+@pytest.mark.parametrize("text", ["ID3 tags fly off a record at night.", "OggS, the town crier, rings.",
+                                  "fLaC: a flag in the wind.", "GIF89a looping cat"])
+def test_build_reads_a_prompt_that_starts_like_a_media_signature(stub, tmp_path, text):
+    (tmp_path / "p.txt").write_text(text, encoding="utf-8")
+    assert run_cond("build", "--server", stub.url, "--text-file", str(tmp_path / "p.txt"),
+                    "--clip", "gemma.safetensors", "--name", "r") == 0
+    assert stub.posted[0]["prompt"]["2"]["inputs"]["text"] == text

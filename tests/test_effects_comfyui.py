@@ -1,4 +1,4 @@
-"""Tier (b): effects on real ComfyUI hosts (issues 6 and 24).
+"""Tier (b): effects on real ComfyUI hosts (issues 6, 24 and 33: typed markers pass the effect checks).
 
 On a server: H3KitEffectPrompt with synthetic effect files in its embeddings folder. In the host's python
 (tests/effects_host_probe.py, every checkout in COMFYUI_DIRS that has the MiniMax-H3 text encoder): the shipped
@@ -216,3 +216,31 @@ def test_the_effect_prompts_clip_output_reads_markers_and_dialogue_as_upstream_o
 
 def test_the_upstream_standin_matches_the_real_tokenizer_given_upstreams_tokens(probe):
     assert probe["standins"]["dialogue"] and all(probe["standins"]["dialogue"])
+
+
+# ------------------------------------------------------------------------------------------- typed markers (issue 33)
+@pytest.mark.parametrize(("case", "message"), [
+    ("typed_1025", "the tensor has 1,025 rows; an effect has at most 1,024"),
+    ("typed_200000", "the tensor has 200,000 rows; an effect has at most 1,024"),
+    ("typed_int64", "has dtype I64, not a float type"),
+    ("typed_nan", "10,240 of its 10,240 values are NaN or infinite"),
+    ("markers_17", "the prompt holds 17 embedding: markers; a prompt takes at most 16"),
+    ("markers_100000", "the prompt holds 100,000 embedding: markers; a prompt takes at most 16"),
+])
+def test_typed_markers_on_the_real_tokenizer_pass_the_effect_checks(probe, case, message):
+    # The clip output given to the host's MiniMaxH3ImageToVideo with a typed marker in its prompt: H3Kit's error, in
+    # seconds, without the rows' memory (the old code spliced the 200,000 rows: +4.3 GiB, 70 s), never the host's loader.
+    outcome = probe["typed_markers"][case]
+    assert not outcome["ok"] and outcome["type"] == "H3KitInputError" and message in outcome["error"], outcome
+    assert outcome["error"].startswith("H3KitEffectPrompt: input 'prompt'")
+    assert outcome["seconds"] < 5 and outcome["peak_rss_growth_mib"] < 256, outcome
+    assert probe["typed_markers"]["host_loads_during_attacks"] == []
+
+
+def test_a_10000_folder_tree_is_walked_once_for_16_typed_markers(probe):
+    tree = probe["typed_markers"]["tree_16_markers"]
+    assert tree["rows"] == 16 * ROWS and tree["folders_read"] <= 10_000 and tree["seconds"] < 30, tree
+
+
+def test_typed_markers_give_the_ids_of_the_hosts_own_parse(probe):
+    assert all(probe["typed_markers"]["typed_equals_host_parse"]), probe["typed_markers"]

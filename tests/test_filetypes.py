@@ -13,7 +13,18 @@ import numpy as np
 import pytest
 import torch
 from h3kit.adapters.files import sniff_file
-from h3kit.checks.filetypes import HEAD_BYTES, KINDS, output_name_problem, sniff
+from h3kit.checks.filetypes import (
+    AUDIO_KINDS,
+    HEAD_BYTES,
+    IMAGE_KINDS,
+    KINDS,
+    MAX_SAFETENSORS_HEADER,
+    VIDEO_KINDS,
+    output_name_problem,
+    sniff,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 from safetensors.torch import save_file
 
@@ -144,3 +155,72 @@ def test_output_names_are_checked_against_the_format_written(name, wanted, probl
 
 def test_every_kind_has_a_text_for_messages():
     assert all(kind.text.startswith(("a ", "an ")) for kind in KINDS.values())
+
+
+# ------------------------------------------------------------------------------------------- issue 33 item 6
+# Header lengths whose little-endian bytes spell another signature: a pickle's \x80 \x02..\x05 (640, 896, 1152,
+# 1408 and every 0x..0280-0x..0580), MP3's \xff\xfb / \xff\xf3 / \xff\xf2, "ID3", JPEG's \xff\xd8\xff, "PK\x03\x04".
+SPELLING_LENGTHS = [640, 896, 1152, 1408, 0x010280, 0x050580, 0xFBFF, 0xF3FF, 0xF2FF, 0x01FBFF, 0x334449,
+                    0xFFD8FF, 0x04034B50, 0x04334449, MAX_SAFETENSORS_HEADER]
+MEDIA = IMAGE_KINDS | VIDEO_KINDS | AUDIO_KINDS | {"pickle", "torch_zip", "zip", "gguf"}
+
+
+def _header_head(length: int, body: bytes = b'{"__metadata__":{"h3kit_format":"h3kit.conditioning"}}') -> bytes:
+    return (struct.pack("<Q", length) + body + b" " * HEAD_BYTES)[:HEAD_BYTES]
+
+
+@pytest.mark.parametrize("body", [b'{"__metadata__":{}}', b'{"t0":{"dtype":"BF16"', b"{}", b'{ \n "w"'])
+def test_a_safetensors_header_of_every_length_is_safetensors(body):
+    lengths = [*range(2, 2**17), *SPELLING_LENGTHS]
+    wrong = [(n, sniff(_header_head(n, body)).key) for n in lengths if sniff(_header_head(n, body)).key != "safetensors"]
+    assert not wrong, wrong[:10]
+
+
+def _sized_safetensors(path: Path, header: int) -> Path:
+    """A real safetensors file (written by the library) whose JSON header is exactly `header` bytes long."""
+    for pad in range(header):
+        save_file({"w": torch.zeros(3)}, str(path), metadata={"pad": "x" * pad})
+        (length,) = struct.unpack("<Q", path.read_bytes()[:8])
+        if length == header:
+            return path
+    raise AssertionError(f"no padding gives a {header}-byte header")
+
+
+@pytest.mark.parametrize("header", [640, 896, 1152, 1408])
+def test_a_real_file_whose_header_length_spells_a_pickle_is_safetensors(tmp_path, header):
+    path = _sized_safetensors(tmp_path / "a.safetensors", header)
+    assert path.read_bytes()[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+    assert sniff_file(path).key == "safetensors"
+    truncated = tmp_path / "cut.safetensors"
+    truncated.write_bytes(path.read_bytes()[:header // 2])  # cut inside the header: still ours, damaged
+    assert sniff_file(truncated).key == "safetensors"
+
+
+@settings(max_examples=60)
+@given(metadata=st.dictionaries(st.text(min_size=1, max_size=12), st.text(max_size=400), max_size=4),
+       names=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3, unique=True))
+def test_whatever_the_library_writes_is_safetensors(metadata, names):
+    from safetensors.torch import save
+
+    data = save({name: torch.zeros(i + 1) for i, name in enumerate(names)}, metadata=metadata or None)
+    assert sniff(data[:HEAD_BYTES]).key == "safetensors"
+
+
+PROMPT_STARTS = ["ID3 tags, a record shop at night", "OggS", "fLaC is a codec", "GIF89a: a looping cat",
+                 "RIFF1234WAVEfmt ", "GGUF", "PK zip", "\u00ff\u00fb", "OggS\u00ff", "<Shot 1>", "{ \"x\": 1 }"]
+
+
+@pytest.mark.parametrize("text", PROMPT_STARTS)
+def test_prompt_text_is_text_whatever_it_starts_with(tmp_path, text):
+    path = tmp_path / "prompt.txt"
+    path.write_text(text + "\n[Shot 1] A kite rises.", encoding="utf-8")
+    assert sniff_file(path, text_expected=True).key in ("text", "json")
+    assert sniff(b"ID3\x04\x00\x00\x00\x00\x0f\x76", text_expected=True).key == "mp3"  # a real MP3 stays an MP3
+
+
+@settings(max_examples=100)
+@given(start=st.sampled_from(["", "ID3", "OggS", "fLaC", "GIF89a", "RIFF", "GGUF", "PK"]),
+       text=st.text(st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from("\t\n\r"), max_size=300))
+def test_no_text_is_sniffed_as_media(start, text):
+    head = (start + text).encode("utf-8")[:HEAD_BYTES]
+    assert sniff(head, text_expected=True).key not in MEDIA | {"safetensors", "unknown"}

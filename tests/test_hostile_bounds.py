@@ -401,10 +401,10 @@ def test_impossible_tensor_shapes_in_a_cache_are_refused(tmp_path, capsys, shape
 
 def test_an_effect_with_a_million_rows_is_refused_from_its_header(tmp_path, monkeypatch):
     """Effect embeddings had no row limit: at most MAX_EFFECT_ROWS (1024) rows, from the header, before loading."""
-    from h3kit.nodes import effects
+    from h3kit.nodes import effect_files, effects
     from h3kit.nodes.common import H3KitInputError
 
-    assert effects.MAX_EFFECT_ROWS == 1024
+    assert effect_files.MAX_EFFECT_ROWS == 1024
     rows = 10**6
     header = json.dumps({"qwen3vl_32b": {"dtype": "BF16", "shape": [rows, 5120],
                                          "data_offsets": [0, rows * 5120 * 2]}}).encode()

@@ -22,7 +22,7 @@ import torch
 from h3kit.adapters import bf16_convert
 from h3kit.adapters.safetensors_file import SafetensorsHeaderError, read_header
 from h3kit.nodes import cond_cache_format as fmt
-from h3kit.nodes import effects
+from h3kit.nodes import effect_files, effects
 from h3kit.nodes.common import H3KitInputError
 from h3kit.nodes.conditioning_cache import H3KitLoadConditioning, H3KitSaveConditioning
 from h3kit.scripts import cond, convert
@@ -291,7 +291,7 @@ def test_two_self_referencing_links_neither_hang_listing_nor_markers(tmp_path, m
     folder = tmp_path / "embeddings"
     folder.mkdir()
     monkeypatch.setenv("H3KIT_EMBEDDINGS_DIR", str(folder))
-    save_file({"qwen3vl_32b": torch.zeros(2, effects.H3_WIDTH)}, str(folder / "fx.safetensors"))
+    save_file({"qwen3vl_32b": torch.zeros(2, effect_files.H3_WIDTH)}, str(folder / "fx.safetensors"))
     os.symlink(folder, folder / "loop_a")
     os.symlink(".", folder / "loop_b")
     os.symlink("self", folder / "self")  # a link to itself: ELOOP, neither file nor folder
@@ -308,14 +308,14 @@ def test_two_self_referencing_links_neither_hang_listing_nor_markers(tmp_path, m
 
 def test_folder_walk_is_bounded_and_says_where_it_stopped(tmp_path, monkeypatch, caplog):
     deep = tmp_path / "embeddings"
-    for _ in range(effects.MAX_WALK_DEPTH + 3):
+    for _ in range(effect_files.MAX_WALK_DEPTH + 3):
         deep = deep / "d"
     deep.mkdir(parents=True)
     (deep / "buried.safetensors").write_bytes(b"")
-    walk = effects.walk_embeddings(tmp_path / "embeddings")
+    walk = effect_files.walk_embeddings(tmp_path / "embeddings")
     assert walk.files == [] and "levels below" in walk.stopped
-    monkeypatch.setattr(effects, "MAX_WALK_FOLDERS", 5)
-    walk = effects.walk_embeddings(tmp_path / "embeddings")
+    monkeypatch.setattr(effect_files, "MAX_WALK_FOLDERS", 5)
+    walk = effect_files.walk_embeddings(tmp_path / "embeddings")
     assert len(walk.folders) == 5 and "stopped after 5 folders" in walk.stopped
     monkeypatch.setenv("H3KIT_EMBEDDINGS_DIR", str(tmp_path / "embeddings"))
     with caplog.at_level("WARNING", logger="H3Kit"):
