@@ -147,6 +147,8 @@ OVERWRITE_ASKED = {
     "scripts/schemas.py": "`schemas pin` regenerates the pinned core-schema file (--out)",
     "scripts/workflows_ui.py": "`workflows ui` regenerates the generated workflows/*.json and thumbnails",
     "scripts/bench_clip.py": "the benchmark's own cache in its own work folder (--workdir reruns replace it)",
+    "scripts/bench_weights.py": "the benchmark's own random-weight files in its work folder (a stale one is rewritten)",
+    "scripts/workflows_split.py": "`workflows split` regenerates the generated workflows/api/*_stage1/2.json",
 }
 
 
