@@ -75,6 +75,8 @@ def register() -> None:
         from server import PromptServer
     except ImportError:
         return
+    if getattr(PromptServer, "instance", None) is None:  # imported by a script in the host's Python, not a server
+        return
     lag = LoopLag()
 
     @PromptServer.instance.routes.get(ROUTE)
