@@ -1,5 +1,6 @@
 """A scriptable hostile ComfyUI on 127.0.0.1 for the issue-14 server tests and fuzz: every answer (/prompt,
-/history, /queue, /view, /ws frames) is set per test, including malformed, huge, slow and redirecting ones."""
+/history, /queue, /view, /ws frames) is set per test, including malformed, huge, slow and redirecting ones. Request
+bodies are drained, never kept (an upload of gigabytes costs the fake no memory)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 GRAPH = {
@@ -100,12 +102,16 @@ class FakeComfy:
                 fake.send(self, Body(404, b"{}"))
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                fake.received = drain(self)
                 fake.calls.append("POST " + self.path)
-                fake.send(self, fake.prompt if self.path == "/prompt" else {})
+                route = self.path.split("?")[0]
+                if route in fake.post_routes:
+                    return fake.send(self, fake.post_routes[route])
+                fake.send(self, fake.prompt if route == "/prompt" else {})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.server.handle_error = quiet_disconnects(self.server.handle_error)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -115,12 +121,14 @@ class FakeComfy:
         self.queue: Any = {"queue_running": [], "queue_pending": []}
         self.view: Any = Body(200, b"\x89PNG fake image")
         self.object_info: Any = OBJECT_INFO
-        self.ws_frames: bytes | None = None
+        self.ws_frames: bytes | Callable[[], Iterable[bytes]] | None = None  # a callable: frames sent as made
+        self.post_routes: dict[str, Any] = {}  # {path: answer} for POST routes other than /prompt
+        self.received = 0  # bytes of the last request body
         self.routes: dict[str, Any] = {"/system_stats": {"system": {"comfyui_version": "0.34.0"}, "devices": []}}
         self.calls.clear()
 
     def send(self, handler: BaseHTTPRequestHandler, answer: Any) -> None:
-        body = as_body(answer)
+        body = as_body(answer() if callable(answer) else answer)  # a callable: a fresh answer per request
         try:
             handler.send_response(body.status)
             for key, value in body.headers.items():
@@ -148,8 +156,9 @@ class FakeComfy:
         handler.send_header("Sec-WebSocket-Accept", accept)
         handler.end_headers()
         try:
-            handler.wfile.write(self.ws_frames)
-            handler.wfile.flush()
+            for frame in self.ws_frames() if callable(self.ws_frames) else [self.ws_frames]:
+                handler.wfile.write(frame)
+                handler.wfile.flush()
             time.sleep(0.1)
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -158,6 +167,67 @@ class FakeComfy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def quiet_disconnects(report: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """The server's error report, silent for a client that hung up (caps and deadlines make clients do that)."""
+    import sys
+
+    def handle_error(request: Any, address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            report(request, address)
+    return handle_error
+
+
+def drain(handler: BaseHTTPRequestHandler) -> int:
+    """Read and drop a request body (Content-Length or chunked) in 1 MiB pieces; returns its size."""
+    total = 0
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return total
+            left = size
+            while left:
+                piece = handler.rfile.read(min(left, 2**20))
+                if not piece:
+                    return total
+                left -= len(piece)
+            handler.rfile.readline()
+            total += size
+    left = int(handler.headers.get("Content-Length", 0) or 0)
+    while left > 0:
+        piece = handler.rfile.read(min(left, 2**20))
+        if not piece:
+            break
+        left -= len(piece)
+        total += len(piece)
+    return total
+
+
+def silent_flac_mkv(path: Path, minutes: float) -> Path:
+    """A small .mkv: 2 tiny video frames and `minutes` of silent FLAC (compresses to almost nothing)."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w", format="matroska") as box:
+        video = box.add_stream("ffv1", rate=1)
+        video.width, video.height, video.pix_fmt = 16, 16, "yuv420p"
+        audio = box.add_stream("flac", rate=48_000)
+        audio.layout = "mono"
+        for i in range(2):
+            frame = av.VideoFrame.from_ndarray(np.full((16, 16, 3), 60 * i + 40, np.uint8), format="rgb24")
+            box.mux(video.encode(frame))
+        box.mux(video.encode())
+        silence = np.zeros((1, 48_000 * 10), np.int16)
+        for second in range(0, int(minutes * 60), 10):
+            frame = av.AudioFrame.from_ndarray(silence, format="s16", layout="mono")
+            frame.sample_rate, frame.pts = 48_000, second * 48_000
+            box.mux(audio.encode(frame))
+        box.mux(audio.encode())
+    return path
 
 
 def repeat(chunk: bytes, total: int) -> Callable[[], Iterable[bytes]]:
