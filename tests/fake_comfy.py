@@ -1,5 +1,6 @@
 """A scriptable hostile ComfyUI on 127.0.0.1 for the issue-14 server tests and fuzz: every answer (/prompt,
-/history, /queue, /view, /ws frames) is set per test, including malformed, huge, slow and redirecting ones."""
+/history, /queue, /view, /ws frames) is set per test, including malformed, huge, slow and redirecting ones. Request
+bodies are drained, never kept (an upload of gigabytes costs the fake no memory)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 GRAPH = {
@@ -112,13 +114,18 @@ class FakeComfy:
                 fake.send(self, Body(404, b"{}"))
 
             def do_POST(self) -> None:
-                fake.posted[self.path] = fake.receive(self)
+                posted = fake.posted[self.path] = fake.receive(self)
+                fake.received = posted.length
                 fake.calls.append("POST " + self.path)
-                fake.send(self, fake.prompt if self.path == "/prompt" else fake.uploaded if self.path == "/upload/image"
+                route = self.path.split("?")[0]
+                if route in fake.post_routes:
+                    return fake.send(self, fake.post_routes[route])
+                fake.send(self, fake.prompt if route == "/prompt" else fake.uploaded if route == "/upload/image"
                           else {})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.server.handle_error = quiet_disconnects(self.server.handle_error)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -128,7 +135,9 @@ class FakeComfy:
         self.queue: Any = {"queue_running": [], "queue_pending": []}
         self.view: Any = Body(200, b"\x89PNG fake image")
         self.object_info: Any = OBJECT_INFO
-        self.ws_frames: bytes | None = None
+        self.ws_frames: bytes | Callable[[], Iterable[bytes]] | None = None  # a callable: frames sent as made
+        self.post_routes: dict[str, Any] = {}  # {path: answer} for POST routes other than /prompt
+        self.received = 0  # bytes of the last request body
         self.routes: dict[str, Any] = {"/system_stats": {"system": {"comfyui_version": "0.34.0"}, "devices": []}}
         self.uploaded: Any = {"name": "uploaded.bin", "subfolder": "", "type": "input"}
         self.posted: dict[str, Posted] = {}
@@ -137,19 +146,15 @@ class FakeComfy:
     @staticmethod
     def receive(handler: BaseHTTPRequestHandler) -> Posted:
         """Read a POST body in pieces (the fake never holds a large one): its length, SHA-256 and first 4 KiB."""
-        left, digest, head = int(handler.headers.get("Content-Length", 0)), hashlib.sha256(), b""
-        while left > 0:
-            piece = handler.rfile.read(min(left, 2**16))
-            if not piece:
-                break
-            left -= len(piece)
+        length, digest, head = 0, hashlib.sha256(), b""
+        for piece in body_pieces(handler):
+            length += len(piece)
             digest.update(piece)
             head = head if len(head) >= 4096 else (head + piece)[:4096]
-        return Posted(int(handler.headers.get("Content-Length", 0)) - left, digest.hexdigest(), head,
-                      handler.headers.get("Content-Type", ""))
+        return Posted(length, digest.hexdigest(), head, handler.headers.get("Content-Type", ""))
 
     def send(self, handler: BaseHTTPRequestHandler, answer: Any) -> None:
-        body = as_body(answer)
+        body = as_body(answer() if callable(answer) else answer)  # a callable: a fresh answer per request
         try:
             handler.send_response(body.status)
             for key, value in body.headers.items():
@@ -177,8 +182,9 @@ class FakeComfy:
         handler.send_header("Sec-WebSocket-Accept", accept)
         handler.end_headers()
         try:
-            handler.wfile.write(self.ws_frames)
-            handler.wfile.flush()
+            for frame in self.ws_frames() if callable(self.ws_frames) else [self.ws_frames]:
+                handler.wfile.write(frame)
+                handler.wfile.flush()
             time.sleep(0.1)
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -187,6 +193,65 @@ class FakeComfy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def quiet_disconnects(report: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """The server's error report, silent for a client that hung up (caps and deadlines make clients do that)."""
+    import sys
+
+    def handle_error(request: Any, address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            report(request, address)
+    return handle_error
+
+
+def body_pieces(handler: BaseHTTPRequestHandler) -> Iterable[bytes]:
+    """A request body (Content-Length or chunked) in pieces of at most 1 MiB: the fake never holds a large one."""
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    continue
+                return
+            left = size
+            while left:
+                piece = handler.rfile.read(min(left, 2**20))
+                if not piece:
+                    return
+                left -= len(piece)
+                yield piece
+            handler.rfile.readline()
+    left = int(handler.headers.get("Content-Length", 0) or 0)
+    while left > 0:
+        piece = handler.rfile.read(min(left, 2**20))
+        if not piece:
+            return
+        left -= len(piece)
+        yield piece
+
+
+def silent_flac_mkv(path: Path, minutes: float) -> Path:
+    """A small .mkv: 2 tiny video frames and `minutes` of silent FLAC (compresses to almost nothing)."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w", format="matroska") as box:
+        video = box.add_stream("ffv1", rate=1)
+        video.width, video.height, video.pix_fmt = 16, 16, "yuv420p"
+        audio = box.add_stream("flac", rate=48_000)
+        audio.layout = "mono"
+        for i in range(2):
+            frame = av.VideoFrame.from_ndarray(np.full((16, 16, 3), 60 * i + 40, np.uint8), format="rgb24")
+            box.mux(video.encode(frame))
+        box.mux(video.encode())
+        silence = np.zeros((1, 48_000 * 10), np.int16)
+        for second in range(0, int(minutes * 60), 10):
+            frame = av.AudioFrame.from_ndarray(silence, format="s16", layout="mono")
+            frame.sample_rate, frame.pts = 48_000, second * 48_000
+            box.mux(audio.encode(frame))
+        box.mux(audio.encode())
+    return path
 
 
 def repeat(chunk: bytes, total: int) -> Callable[[], Iterable[bytes]]:

@@ -25,7 +25,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from fake_comfy import GRAPH, OBJECT_INFO, Body, FakeComfy, history_entry, ws_frame
+from fake_comfy import GRAPH, OBJECT_INFO, Body, FakeComfy, history_entry, silent_flac_mkv, ws_frame
 from h3kit.adapters import comfy_client, comfy_jobs, crash_log
 from h3kit.nodes import cond_cache_format as fmt
 from h3kit.scripts import cli, cond, convert, doctor, validate
@@ -280,29 +280,6 @@ def test_special_files_are_refused_up_front(tmp_path, capsys, case):
 
 
 # --------------------------------------------------------------------------------------- memory and disk
-def silent_flac_mkv(path: Path, minutes: float) -> Path:
-    """A small .mkv: 2 tiny video frames and `minutes` of silent FLAC (compresses to almost nothing)."""
-    import av
-    import numpy as np
-
-    with av.open(str(path), "w", format="matroska") as box:
-        video = box.add_stream("ffv1", rate=1)
-        video.width, video.height, video.pix_fmt = 16, 16, "yuv420p"
-        audio = box.add_stream("flac", rate=48_000)
-        audio.layout = "mono"
-        for i in range(2):
-            frame = av.VideoFrame.from_ndarray(np.full((16, 16, 3), 60 * i + 40, np.uint8), format="rgb24")
-            box.mux(video.encode(frame))
-        box.mux(video.encode())
-        silence = np.zeros((1, 48_000 * 10), np.int16)
-        for second in range(0, int(minutes * 60), 10):
-            frame = av.AudioFrame.from_ndarray(silence, format="s16", layout="mono")
-            frame.sample_rate, frame.pts = 48_000, second * 48_000
-            box.mux(audio.encode(frame))
-        box.mux(audio.encode())
-    return path
-
-
 def test_a_20_minute_silent_flac_is_verified_in_memory_independent_of_duration(tmp_path):
     """Reported: a 271 KB .mkv holding 20 minutes of silent FLAC took 2.9 GiB to verify (all audio decoded to
     float64 at once). The level is now a running sum: the Python heap peak stays under 16 MiB."""
@@ -336,9 +313,7 @@ def test_a_server_listing_200_outputs_gets_the_job_cap(workflow, server, tmp_pat
     assert comfy_jobs.MAX_JOB_FILES == 1000 and comfy_jobs.MAX_JOB_DOWNLOAD_BYTES == 32 * 2**30
     items = [{"filename": f"t_{i:05d}_.png", "subfolder": "", "type": "output"} for i in range(200)]
     server.history = history_entry(outputs={"2": {"images": items}})
-    server.view = lambda: None  # replaced below: a fresh 100-byte body per request
-    original = server.send
-    server.send = lambda handler, answer: original(handler, Body(200, b"x" * 100) if answer is server.view else answer)
+    server.view = lambda: Body(200, b"x" * 100)  # a fresh 100-byte body per request
     extra = []
     if limit == "files":
         monkeypatch.setattr(comfy_jobs, "MAX_JOB_FILES", 5)
