@@ -30,7 +30,6 @@ import contextlib
 import sys
 import types
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -42,11 +41,11 @@ except ImportError:  # the 0.3.64 host has no comfy-kitchen; its LTX stand-in ne
     ck, QuantizedTensor = None, ()
 
 # The fake H3 block ropes q and k with comfy-kitchen's fused kernel, as the host's block does: a test that runs it
-# skips without that kernel (no `oracle` extra, or a kitchen too old to have it), with this reason.
-needs_kitchen_rope = pytest.mark.skipif(
-    getattr(ck, "rms_rope_split_half_", None) is None,
-    reason="needs comfy-kitchen's rms_rope_split_half_ (the fake H3 block's rope, as the host's): not installed "
-           "here; pip install -e '.[test,oracle]'")
+# skips without that kernel (no `oracle` extra, or a kitchen too old to have it), with this reason. (A bool and a
+# text, not a pytest mark: the host probes import this module in a host's Python, which has no pytest.)
+HAS_KITCHEN_ROPE = getattr(ck, "rms_rope_split_half_", None) is not None
+NO_KITCHEN_ROPE = ("needs comfy-kitchen's rms_rope_split_half_ (the fake H3 block's rope, as the host's): not "
+                   "installed here; pip install -e '.[test,oracle]'")
 
 # ---------------------------------------------------------------------------- attention function
 

@@ -205,7 +205,7 @@ def test_node_installs_the_override_on_a_clone_and_reports_the_cpu_fallback():
     assert "not a CUDA device" in report["probe"] and report["fallbacks"][0] == report["probe"]
 
 
-@fakes.needs_kitchen_rope
+@pytest.mark.skipif(not fakes.HAS_KITCHEN_ROPE, reason=fakes.NO_KITCHEN_ROPE)
 def test_node_output_on_cpu_is_bitwise_the_hosts():
     """Through the host-semantics H3 block (q/k/v in containers, the override hook): the patched model's output is
     the unpatched one's, because every CPU call runs the host's attention."""

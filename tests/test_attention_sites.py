@@ -96,7 +96,7 @@ def _summary(override, patcher, caplog):
     return out, lines[0]
 
 
-@fakes.needs_kitchen_rope
+@pytest.mark.skipif(not fakes.HAS_KITCHEN_ROPE, reason=fakes.NO_KITCHEN_ROPE)
 def test_an_override_in_transformer_options_alone_misses_the_refiner(caplog):
     """The bug: the per-sampling count said '2 attention calls' were all of them; the refiner's never arrived."""
     model = _model()
@@ -107,7 +107,7 @@ def test_an_override_in_transformer_options_alone_misses_the_refiner(caplog):
     assert line.startswith("H3KitAttentionBackend: sampling done: 1 attention calls")
 
 
-@fakes.needs_kitchen_rope
+@pytest.mark.skipif(not fakes.HAS_KITCHEN_ROPE, reason=fakes.NO_KITCHEN_ROPE)
 def test_backend_reaches_the_refiner_and_the_report_and_summary_say_each_site(caplog):
     model = _model()
     host = _sample(model)
@@ -148,7 +148,7 @@ def test_reapplying_passes_the_new_override_and_never_nests():
     assert twice.model_options["transformer_options"][sites.OVERRIDE_KEY] is patch.override
 
 
-@fakes.needs_kitchen_rope
+@pytest.mark.skipif(not fakes.HAS_KITCHEN_ROPE, reason=fakes.NO_KITCHEN_ROPE)
 def test_a_refiner_attention_without_transformer_options_is_reported_not_reached(caplog):
     model = _model(old_host=True)
     patched, report_text = H3KitAttentionBackend().patch(model, "cudnn")
