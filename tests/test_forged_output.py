@@ -18,14 +18,15 @@ from shutil import which
 from subprocess import run as run_process
 
 import pytest
-from fake_comfy import GRAPH, Body, FakeComfy, history_entry
-from h3kit.adapters import comfy_jobs
+from fake_comfy import GRAPH, Body, history_entry
 from h3kit.adapters.files import name_problem
 from h3kit.checks.problem import printable
 from h3kit.scripts import cli, cond, convert, doctor, validate
 from h3kit.scripts import run as runmod
 from hypothesis import given
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.usefixtures("fast_polling")  # server, workflow: tests/fake_server_fixtures.py
 
 # A planted line is "<word> FORGED ...": the word is how the pack's own result lines start
 WORDS = ("PASS", "OK", "INFO", "convert:", "wrote", "FAIL", "WARN", "H3Kit:")
@@ -58,18 +59,6 @@ def call(module, *argv) -> int:
 def shown(capsys) -> str:
     captured = capsys.readouterr()
     return captured.out + captured.err
-
-
-@pytest.fixture
-def server():
-    fake = FakeComfy()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture(autouse=True)
-def fast_polling(monkeypatch):
-    monkeypatch.setattr(comfy_jobs, "POLL_INTERVAL_S", 0.02)
 
 
 # ------------------------------------------------------------------------------------------ the escape itself

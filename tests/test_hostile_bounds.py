@@ -25,32 +25,15 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from fake_comfy import GRAPH, OBJECT_INFO, Body, FakeComfy, history_entry, silent_flac_mkv, ws_frame
+from fake_comfy import OBJECT_INFO, Body, FakeComfy, history_entry, silent_flac_mkv, ws_frame
 from h3kit.adapters import comfy_client, comfy_jobs, crash_log
 from h3kit.nodes import cond_cache_format as fmt
 from h3kit.scripts import cli, cond, convert, doctor, validate
 from h3kit.scripts import run as runmod
 
+pytestmark = pytest.mark.usefixtures("fast_polling")  # server, workflow: tests/fake_server_fixtures.py
+
 MIB = 2**20
-
-
-@pytest.fixture
-def server():
-    fake = FakeComfy()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture(autouse=True)
-def fast_polling(monkeypatch):
-    monkeypatch.setattr(comfy_jobs, "POLL_INTERVAL_S", 0.02)
-
-
-@pytest.fixture
-def workflow(tmp_path) -> Path:
-    path = tmp_path / "wf.json"
-    path.write_text(json.dumps(GRAPH))
-    return path
 
 
 def call(module, *argv: str) -> int:

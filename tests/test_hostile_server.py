@@ -5,7 +5,6 @@ scripted ComfyUI on 127.0.0.1 (tests/fake_comfy.py). Exit codes are the README's
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 import tracemalloc
@@ -16,28 +15,9 @@ from fake_comfy import Body, FakeComfy, history_entry, repeat, ws_frame
 from h3kit.adapters import comfy_jobs
 from h3kit.scripts import run as runmod
 
+pytestmark = pytest.mark.usefixtures("fast_polling")  # server, workflow: tests/fake_server_fixtures.py
+
 MIB = 2**20
-
-
-@pytest.fixture
-def server():
-    fake = FakeComfy()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture(autouse=True)
-def fast_polling(monkeypatch):
-    monkeypatch.setattr(comfy_jobs, "POLL_INTERVAL_S", 0.02)
-
-
-@pytest.fixture
-def workflow(tmp_path) -> Path:
-    from fake_comfy import GRAPH
-
-    path = tmp_path / "wf.json"
-    path.write_text(json.dumps(GRAPH))
-    return path
 
 
 def run(workflow: Path, server: FakeComfy, out: Path, *extra: str) -> int:

@@ -13,36 +13,18 @@ import string
 import time
 import tracemalloc
 import zipfile
-from pathlib import Path
 
 import pytest
 import torch
 from alloc_tracker import PeakBytes
-from fake_comfy import GRAPH, OBJECT_INFO, FakeComfy, history_entry, ws_frame
+from fake_comfy import GRAPH, OBJECT_INFO, history_entry, ws_frame
 from h3kit.adapters import bounded_json, comfy_client, comfy_jobs
 from h3kit.nodes import cond_cache_format as fmt
 from h3kit.scripts import cond, doctor, run, validate
 
+pytestmark = pytest.mark.usefixtures("fast_polling")  # server, workflow: tests/fake_server_fixtures.py
+
 MIB = 2**20
-
-
-@pytest.fixture
-def server():
-    fake = FakeComfy()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture(autouse=True)
-def fast_polling(monkeypatch):
-    monkeypatch.setattr(comfy_jobs, "POLL_INTERVAL_S", 0.02)
-
-
-@pytest.fixture
-def workflow(tmp_path) -> Path:
-    path = tmp_path / "wf.json"
-    path.write_text(json.dumps(GRAPH))
-    return path
 
 
 def call(module, argv: list[str]) -> int:
