@@ -50,9 +50,14 @@ def collect_nodes() -> dict[str, type]:
             for pkg in missing:
                 DISABLED_NODES.setdefault(pkg, []).append(node_cls.__name__)
             OPTIONAL_NOTES.append(optional_note(node_cls, missing))
+    return nodes
+
+
+def log_optional_notes() -> None:
+    """One INFO line per optional node that is off, for ComfyUI's startup log: the pack's registration calls it,
+    the command line (which imports the nodes too) never does, so a command's output carries no such line."""
     for note in OPTIONAL_NOTES:
         LOG.info("%s", note)
-    return nodes
 
 
 NODE_CLASS_MAPPINGS: dict[str, type] = collect_nodes()

@@ -85,6 +85,7 @@ def test_missing_optional_package_disables_only_its_nodes(monkeypatch, caplog):
     monkeypatch.setattr(registry, "OPTIONAL_NOTES", [])
     with caplog.at_level(logging.INFO, logger="H3Kit"):
         found = registry.collect_nodes()
+        registry.log_optional_notes()  # what the pack's registration does in ComfyUI
     assert set(found) == {"H3KitFine"}
     lines = [r for r in caplog.records if "h3kit_surely_absent_pkg" in r.getMessage()]
     # one INFO line for ComfyUI's log: an optional node that is off is not a warning
@@ -109,6 +110,7 @@ def test_broken_module_loses_only_its_own_nodes(monkeypatch, caplog):
     monkeypatch.setattr(registry, "IMPORT_FAILURES", {})
     with caplog.at_level(logging.ERROR, logger="H3Kit"):
         found = registry.collect_nodes()
+        registry.log_optional_notes()  # what the pack's registration does in ComfyUI
     assert set(found) == {"H3KitFine"}
     assert "no_such_family_module" in registry.IMPORT_FAILURES
     assert any("no_such_family_module" in r.getMessage() for r in caplog.records)
