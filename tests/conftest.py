@@ -5,7 +5,7 @@ from comfyui_host import ComfyUIServer, configured_hosts
 from hypothesis import settings
 
 # the tier-(d) fixtures (host x frontend, Chromium, an editor page), shared by every browser test module
-pytest_plugins = ["browser_fixtures", "fake_server_fixtures"]
+pytest_plugins = ["browser_fixtures"]
 
 _HOSTS, _NO_HOST_REASON = configured_hosts()
 

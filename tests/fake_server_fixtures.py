@@ -1,5 +1,5 @@
 """The fixtures of the tests that run commands against tests/fake_comfy.py's server: one home, imported by each
-module that needs them (`from fake_server_fixtures import ...`), with `fast_polling` applied module-wide there."""
+module that needs them (assigned as module attributes, where pytest finds them), `fast_polling` applied module-wide."""
 
 from __future__ import annotations
 

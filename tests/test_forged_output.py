@@ -17,6 +17,7 @@ from pathlib import Path
 from shutil import which
 from subprocess import run as run_process
 
+import fake_server_fixtures
 import pytest
 from fake_comfy import GRAPH, Body, history_entry
 from h3kit.adapters.files import name_problem
@@ -26,7 +27,10 @@ from h3kit.scripts import run as runmod
 from hypothesis import given
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.usefixtures("fast_polling")  # server, workflow: tests/fake_server_fixtures.py
+# the shared fake-server fixtures (tests/fake_server_fixtures.py), found by pytest as module attributes
+server = fake_server_fixtures.server
+fast_polling = fake_server_fixtures.fast_polling
+pytestmark = pytest.mark.usefixtures("fast_polling")
 
 # A planted line is "<word> FORGED ...": the word is how the pack's own result lines start
 WORDS = ("PASS", "OK", "INFO", "convert:", "wrote", "FAIL", "WARN", "H3Kit:")

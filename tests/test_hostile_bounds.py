@@ -24,6 +24,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import fake_server_fixtures
 import pytest
 from fake_comfy import OBJECT_INFO, Body, FakeComfy, history_entry, silent_flac_mkv, ws_frame
 from h3kit.adapters import comfy_client, comfy_jobs, crash_log
@@ -31,7 +32,11 @@ from h3kit.nodes import cond_cache_format as fmt
 from h3kit.scripts import cli, cond, convert, doctor, validate
 from h3kit.scripts import run as runmod
 
-pytestmark = pytest.mark.usefixtures("fast_polling")  # server, workflow: tests/fake_server_fixtures.py
+# the shared fake-server fixtures (tests/fake_server_fixtures.py), found by pytest as module attributes
+server = fake_server_fixtures.server
+fast_polling = fake_server_fixtures.fast_polling
+workflow = fake_server_fixtures.workflow
+pytestmark = pytest.mark.usefixtures("fast_polling")
 
 MIB = 2**20
 

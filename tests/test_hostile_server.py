@@ -10,12 +10,17 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import fake_server_fixtures
 import pytest
 from fake_comfy import Body, FakeComfy, history_entry, repeat, ws_frame
 from h3kit.adapters import comfy_jobs
 from h3kit.scripts import run as runmod
 
-pytestmark = pytest.mark.usefixtures("fast_polling")  # server, workflow: tests/fake_server_fixtures.py
+# the shared fake-server fixtures (tests/fake_server_fixtures.py), found by pytest as module attributes
+server = fake_server_fixtures.server
+fast_polling = fake_server_fixtures.fast_polling
+workflow = fake_server_fixtures.workflow
+pytestmark = pytest.mark.usefixtures("fast_polling")
 
 MIB = 2**20
 

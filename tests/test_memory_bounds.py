@@ -14,6 +14,7 @@ import time
 import tracemalloc
 import zipfile
 
+import fake_server_fixtures
 import pytest
 import torch
 from alloc_tracker import PeakBytes
@@ -22,7 +23,11 @@ from h3kit.adapters import bounded_json, comfy_client, comfy_jobs
 from h3kit.nodes import cond_cache_format as fmt
 from h3kit.scripts import cond, doctor, run, validate
 
-pytestmark = pytest.mark.usefixtures("fast_polling")  # server, workflow: tests/fake_server_fixtures.py
+# the shared fake-server fixtures (tests/fake_server_fixtures.py), found by pytest as module attributes
+server = fake_server_fixtures.server
+fast_polling = fake_server_fixtures.fast_polling
+workflow = fake_server_fixtures.workflow
+pytestmark = pytest.mark.usefixtures("fast_polling")
 
 MIB = 2**20
 
