@@ -21,11 +21,8 @@ there is a graph to check.
 from __future__ import annotations
 
 import asyncio
-import gc
-import threading
 from codecs import getincrementaldecoder
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from ..checks.facts import MAX_WORKFLOW_DEPTH
@@ -38,9 +35,9 @@ MAX_BODY_BYTES = 32 * 1024 * 1024  # a 10,000-node graph with long prompts is ab
 MAX_NODES = 10_000
 BODY_READ_S = 60.0  # the whole body, from the request's headers to its last byte
 CHECK_S = 60.0  # the checks of one graph (a 10,000-node graph takes about 2 s), run beside ComfyUI's event loop
-# JSON arrays and objects in one body; the 10,000-node test graph holds 43,000. The cyclic garbage collector's next
-# pass over what the parse built holds the interpreter lock about 0.2 s per million, so a budget of millions would
-# stall ComfyUI's loop again after the parse.
+# JSON arrays and objects in one body; the 10,000-node test graph holds 43,000. The parse runs with the cyclic
+# collector paused (adapters/collector.py), but what it builds is memory (about 100 bytes each) and time, so a budget
+# of millions would hold the worker, and the interpreter lock it shares with ComfyUI's loop, for seconds.
 MAX_CONTAINERS = 200_000
 JSON_TYPE = "application/json"
 FIX = 'POST {"prompt": <API-format graph>} as JSON (Content-Type: application/json), as the H3Kit extension does'
@@ -97,8 +94,8 @@ def parse_body(chunks: list[bytes], stop: Callable[[], None]) -> tuple[dict, Any
 
 
 def _loads(text: str | bytes, stop: Callable[[], None]) -> Any:
-    """bounded_json.loads with the route's budget of arrays and objects, `stop` before each, the cyclic garbage
-    collector paused; RequestRefused (400, 413) or Abandoned."""
+    """bounded_json.loads with the route's budget of arrays and objects, `stop` before each; RequestRefused (400,
+    413) or Abandoned. (The route's worker runs it with the cyclic collector paused: adapters/collector.py.)"""
     built = 0
 
     def visit(depth: int) -> None:
@@ -111,15 +108,13 @@ def _loads(text: str | bytes, stop: Callable[[], None]) -> Any:
         stop()
 
     failure: Exception | None = None
-    with cyclic_gc_paused():
-        try:
-            return bounded_json.loads(text, "the body", max_depth=MAX_WORKFLOW_DEPTH, unique_keys=True, visit=visit,
-                                      max_values=bounded_json.MAX_VALUES)
-        except bounded_json.JSONLimitError as exc:
-            failure = RequestRefused(400, str(exc))
-        except (RequestRefused, Abandoned) as exc:  # a budget, or nobody waits: re-raised without the parse's frames
-            failure = exc.with_traceback(None)
-        # here the frames of a parse that stopped, and all it had built, are freed: before the collector is back
+    try:
+        return bounded_json.loads(text, "the body", max_depth=MAX_WORKFLOW_DEPTH, unique_keys=True, visit=visit,
+                                  max_values=bounded_json.MAX_VALUES)
+    except bounded_json.JSONLimitError as exc:
+        failure = RequestRefused(400, str(exc))
+    except (RequestRefused, Abandoned) as exc:  # a budget, or nobody waits: re-raised without the parse's frames,
+        failure = exc.with_traceback(None)  # so what the parse had built is freed here, not when it is answered
     raise failure
 
 
@@ -145,32 +140,6 @@ def _decoded(chunks: list[bytes], final: bool) -> str | bytes:
     except UnicodeDecodeError:
         return b"".join(chunks)
     return "".join(pieces)
-
-
-_pauses = 0
-_paused_lock = threading.Lock()
-_resume = False
-
-
-@contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a body is parsed (the parse builds a tree: no cycle to find).
-    With it on, the parse's allocations trigger full passes over the whole server's objects, each holding the
-    interpreter lock, and so ComfyUI's event loop, for 0.1-0.5 s (seven of them while 31 MiB of `[]` was parsed).
-    Process-wide, so counted: the last of several parses running at once turns it back on, and only if it was on."""
-    global _pauses, _resume
-    with _paused_lock:
-        if _pauses == 0:
-            _resume = gc.isenabled()
-            gc.disable()
-        _pauses += 1
-    try:
-        yield
-    finally:
-        with _paused_lock:
-            _pauses -= 1
-            if _pauses == 0 and _resume:
-                gc.enable()
 
 
 async def _read_all(stream: Any, cap: int) -> list[bytes]:

@@ -27,12 +27,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from h3kit.adapters import bounded_json, log, preflight_request, preflight_workers, server_routes
+from h3kit.adapters import bounded_json, collector, log, preflight_request, preflight_workers, server_routes
 from h3kit.adapters.preflight_workers import Abandoned, StopFlag, Workers
 from h3kit.checks import host_layout
 from h3kit.scripts.schemas import offline_schemas
 
 aiohttp = pytest.importorskip("aiohttp")
+import route_harness  # noqa: E402
 from aiohttp import web  # noqa: E402
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 from route_harness import ROUTE, app, routes, shipped  # noqa: E402
@@ -445,30 +446,109 @@ def test_every_shipped_template_name_is_one_every_file_system_holds():
             assert server_routes.template_file(path.name) == path or path.suffix not in server_routes.TEMPLATE_SUFFIXES
 
 
-def test_the_parse_runs_no_garbage_collection_pass():
-    """Reported: the parse of 31 MiB of `[]` held the loop 30 s; full passes of the cyclic collector over the whole
-    server (each 0.1-0.5 s with the interpreter lock held) were most of it. None runs during a parse now, and the
-    collector is on again after it."""
-    passes = []
-    callback = lambda phase, info: phase == "start" and passes.append(info["generation"])  # noqa: E731
+WORK_FRAMES = {"_checked_body", "_adapted_prompt"}  # the route's work in its worker; the on-prompt handler's work
+
+
+def work_on_the_stack() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in WORK_FRAMES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.fixture
+def collector_passes():
+    """The generation of every pass of Python's cyclic collector that starts while the pack's request work runs
+    (its frame on the stack of the thread that pays for the pass), with a pass due at every allocation of a
+    tracked object (threshold 1 in all three generations): work that let the collector run shows passes at once."""
+    passes: list = []
+    callback = lambda phase, info: (phase == "start" and work_on_the_stack()  # noqa: E731
+                                    and passes.append(info["generation"]))
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(1, 1, 1)
     gc.callbacks.append(callback)
     try:
-        with pytest.raises(preflight_request.RequestRefused):
-            preflight_request.parse_body(empty_lists(preflight_request.MAX_CONTAINERS), StopFlag())
+        yield passes
     finally:
         gc.callbacks.remove(callback)
-    assert passes == [] and gc.isenabled()
+        gc.set_threshold(*thresholds)
+
+
+def preflight_work(body: bytes, stop=None) -> tuple[int, bytes]:
+    """The route's whole work in its worker (parse, walk, checks, encoding) on the offline host."""
+    return server_routes.check_body(stop or StopFlag(), [body], route_harness.PACK)
+
+
+def test_no_collector_pass_runs_in_the_preflight_work_even_when_one_is_due(table, collector_passes):
+    """yzkee 783545f6, tier (b): a full pass over the server's objects (265-308 ms, the loop held) ran in the preflight
+    worker during an ordinary graph's checks: the collector was paused for the parse only. Now for the whole work:
+    a 2,000-node graph's checks (about 10,000 containers built) and a dense body's refusal run no pass, and the
+    collector is on again after each."""
+    body = json.dumps({"prompt": route_harness.big_graph(2_000)}).encode()
+    status, answer = preflight_work(body)
+    refused, _ = preflight_work(empty_lists(preflight_request.MAX_CONTAINERS)[0])
+    assert (status, refused) == (200, 413) and json.loads(answer)["checks"]
+    assert collector_passes == [] and gc.isenabled()
+
+
+def test_no_collector_pass_runs_in_the_on_prompt_handler_even_when_one_is_due(monkeypatch, collector_passes):
+    FakeServer(monkeypatch, {"SaveVideo": SAVEVIDEO_0330, REF2V: SCHEMAS[REF2V]})
+    sent = {"prompt": {str(i): savevideo(i) for i in range(500)}}
+    queued = server_routes.adapt_queued_prompt(sent)
+    assert queued["prompt"]["0"]["inputs"]["codec"] == "h264"
+    assert collector_passes == [] and gc.isenabled()
+
+
+def tracked_objects() -> int:
+    return len(gc.get_objects())
+
+
+@pytest.mark.parametrize("stopped_in", ["parse", "checks"])
+def test_stopped_preflight_work_leaves_nothing_it_built_for_the_collector(table, monkeypatch, stopped_in):
+    """The collector resumes only after what the work built is freed: a work stopped halfway (its client gone)
+    raises an Abandoned that holds none of its frames, so the 2,000-node graph it parsed (about 10,000 containers)
+    and its report are gone when the pause ends, not kept for a later pass until the answer is dropped."""
+    body = json.dumps({"prompt": route_harness.big_graph(2_000)}).encode()
+    preflight_work(body)  # the checks' caches, warmed
+    flag, looked = StopFlag(), []
+
+    def stop():
+        looked.append(1)
+        if stopped_in == "parse" and len(looked) == 5_000:
+            flag.set()
+        flag()
+
+    host = server_routes.comfyui_host
+    monkeypatch.setattr(server_routes, "comfyui_host", lambda graph, pack: (
+        stopped_in == "checks" and flag.set(), host(graph, pack))[1])
+    before = tracked_objects()
+    with pytest.raises(Abandoned) as stopped:
+        preflight_work(body, stop)
+    left = tracked_objects() - before
+    assert stopped.value is not None and len(looked) >= 5_000
+    assert left < 1_000, f"{left:,} objects of the work stopped in its {stopped_in} are still alive"
+
+
+def test_finished_preflight_work_leaves_nothing_it_built_for_the_collector(table):
+    body = json.dumps({"prompt": route_harness.big_graph(2_000)}).encode()
+    preflight_work(body)  # the checks' caches, warmed
+    before = tracked_objects()
+    status, _ = preflight_work(body)
+    assert status == 200 and tracked_objects() - before < 1_000
 
 
 def test_overlapping_pauses_resume_the_collector_once_and_only_if_it_was_on():
-    with preflight_request.cyclic_gc_paused():
-        with preflight_request.cyclic_gc_paused():
+    with collector.cyclic_gc_paused():
+        with collector.cyclic_gc_paused():
             assert not gc.isenabled()
-        assert not gc.isenabled()  # the other parse still runs
+        assert not gc.isenabled()  # the other work still runs
     assert gc.isenabled()
     gc.disable()
     try:
-        with preflight_request.cyclic_gc_paused():
+        with collector.cyclic_gc_paused():
             pass
         assert not gc.isenabled()  # someone else turned it off: left off
     finally:

@@ -228,4 +228,14 @@ MUTANTS: list[Mutant] = [
     Mutant("M64", "media signatures sniffed before the safetensors header", "checks/filetypes.py",
            '    if _is_safetensors(head):\n        return KINDS["safetensors"]\n', "",
            ("tests/test_filetypes.py",)),
+    # ------------------------------------------------------------------ issue 33: no collector pass in the pack's work
+    Mutant("M65", "the preflight worker pauses the cyclic collector for the parse only", "adapters/server_routes.py",
+           "    with cyclic_gc_paused():\n        try:\n            return _checked_body(",
+           "    if True:\n        try:\n            return _checked_body(", ("tests/test_event_loop.py",)),
+    Mutant("M66", "a stopped preflight work's Abandoned keeps the frames that hold its graph", "adapters/server_routes.py",
+           "            failure = abandoned.with_traceback(None)", "            failure = abandoned",
+           ("tests/test_event_loop.py",)),
+    Mutant("M67", "the on-prompt handler lets the collector run", "adapters/server_routes.py",
+           "    with cyclic_gc_paused():\n        return _adapted_prompt(json_data)", "    return _adapted_prompt(json_data)",
+           ("tests/test_event_loop.py",)),
 ]
