@@ -324,10 +324,9 @@ def test_attention_tests_skip_without_comfy_kitchen():
 # --- tier (b): the real host's base directory, found offline and asked with --server ----------------------------
 
 @pytest.mark.comfyui
-def test_doctor_finds_the_real_hosts_model_folders_offline_and_from_the_server(comfyui_server, tmp_path):
+def test_doctor_finds_the_real_hosts_model_folders_offline(comfyui_server, tmp_path):
     """The host runs with --base-directory BASE and the pack linked into BASE/custom_nodes (tests/comfyui_host.py):
-    doctor run as a user runs it there lists every missing file in BASE/models, and with --server names the
-    folder the server itself reports."""
+    doctor run as a user runs it there lists every missing file in BASE/models (any host: no server is asked)."""
     from comfyui_host import PACK_LINK_NAME
 
     base = comfyui_server.base_dir
@@ -338,6 +337,19 @@ def test_doctor_finds_the_real_hosts_model_folders_offline_and_from_the_server(c
     assert offline.returncode == 1, offline.stdout + offline.stderr
     assert f"in {base / 'models' / 'diffusion_models'} (11.67 GiB" in offline.stderr
     assert offline.stdout.rstrip().endswith(TWO_STAGE_TOTAL)
+
+
+@pytest.mark.comfyui
+def test_doctor_with_server_names_the_folders_the_server_reports(comfyui_server, tmp_path):
+    """doctor --server names the folder the server itself reports for each missing file. Needs a host that serves
+    every node of the two-stage graph: an older one refuses the graph's values (exit 2) and cannot say which folder
+    a loader it lacks would read (v0.3.64: 8 files, not 9)."""
+    from comfyui_host import LTXAV, NATIVE_H3, PACK_LINK_NAME
+
+    comfyui_server.require(NATIVE_H3, LTXAV)
+    base = comfyui_server.base_dir
+    clone = base / "custom_nodes" / PACK_LINK_NAME
+    env = _clean_env(tmp_path / "home")
     served = run_process([sys.executable, str(clone), "doctor", "--no-local", "--workflow", str(TWO_STAGE), "--server",
                           comfyui_server.url], capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
     assert served.returncode == 1, served.stdout + served.stderr
