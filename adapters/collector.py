@@ -9,7 +9,9 @@ would add to that backlog. With the collector paused for the whole work, and eve
 (by reference counting: a JSON tree, a report hold no cycle) before it resumes, no pass runs in the pack's work
 and nothing it built is left for a later pass. The pause is bounded by the work's own time limit (the preflight's
 CHECK_S, the handler's key caps), and process-wide, so counted: the last of several works running at once turns
-the collector back on, and only if it was on.
+the collector back on, and only if it was on. Between two works (one worker: they never overlap) the collector is
+on, and the pass that came due meanwhile starts at the next allocation, in whichever thread: the server's cyclic
+garbage waits at most one work's time limit.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ from ..checks.problem import printable
 
 LOG = logging.getLogger("H3Kit")
 MAX_LOG_LINE_CHARS = 4000  # one record: a summary of many adapted inputs is a few hundred characters
-_LOGGED_ONCE: set[str] = set()
+# Kept on the logger, which logging keeps once per process by its name: a host that imports the pack twice under
+# two module names (the installable 0.12.1 fork does) still logs each line once.
+_LOGGED_ONCE: set[str] = LOG.__dict__.setdefault("h3kit_logged_once", set())
 
 
 class _OneLine(logging.Filter):

@@ -8,10 +8,11 @@ package is missing is left out quietly: one INFO line in ComfyUI's startup log (
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 
 from ..adapters.host import guard_input_types
-from ..adapters.log import LOG
+from ..adapters.log import LOG, log_once
 from ..checks.environment import missing_packages
 from ..checks.schemas import providing_pack
 
@@ -57,7 +58,7 @@ def log_optional_notes() -> None:
     """One INFO line per optional node that is off, for ComfyUI's startup log: the pack's registration calls it,
     the command line (which imports the nodes too) never does, so a command's output carries no such line."""
     for note in OPTIONAL_NOTES:
-        LOG.info("%s", note)
+        log_once(f"optional-node:{note}", note, logging.INFO)
 
 
 NODE_CLASS_MAPPINGS: dict[str, type] = collect_nodes()

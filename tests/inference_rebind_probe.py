@@ -104,7 +104,11 @@ def detached(module, helpers) -> list[str]:
 def partial_load(patcher) -> bool:
     with torch.inference_mode():
         patcher.load(mm.get_torch_device(), lowvram_model_memory=patcher.model_size() // 2)
-    return bool(patcher.model.model_lowvram)
+    # Comfy-Org hosts keep the flag on the model; the installable fork (0.12.1) on its patcher's measurements
+    flag = getattr(patcher.model, "model_lowvram", None)
+    if flag is None:
+        flag = patcher._memory_measurements.model_lowvram
+    return bool(flag)
 
 
 def cuda_chain(path: Path, pipeline, helpers) -> dict:

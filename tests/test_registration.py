@@ -114,3 +114,31 @@ def test_broken_module_loses_only_its_own_nodes(monkeypatch, caplog):
     assert set(found) == {"H3KitFine"}
     assert "no_such_family_module" in registry.IMPORT_FAILURES
     assert any("no_such_family_module" in r.getMessage() for r in caplog.records)
+
+
+def test_a_host_that_imports_the_pack_twice_logs_each_optional_note_once():
+    """The installable ComfyUI 0.12.1 imports a custom node package twice at start-up, under two module names: each
+    copy registered and logged "optional node H3KitSageAttention is off", so its start-up log held the line twice
+    (tier b, test_demo_comfyui). The once-per-process lines are kept on the logger, which logging holds once per
+    process by its name. Run in a fresh interpreter: two copies of the package, each asked for its mappings."""
+    if not registry.OPTIONAL_NOTES:
+        pytest.skip("every optional node is on here: no note to log")
+    code = (
+        "import importlib.util, logging, sys\n"
+        "lines = []\n"
+        "class Keep(logging.Handler):\n"
+        "    def emit(self, record): lines.append(record.getMessage())\n"
+        "logging.getLogger('H3Kit').addHandler(Keep()); logging.getLogger('H3Kit').setLevel(logging.INFO)\n"
+        "for name in ('copy_one', 'copy_two'):\n"
+        f"    spec = importlib.util.spec_from_file_location(name, {str(PACK_ROOT / '__init__.py')!r},\n"
+        f"                                                  submodule_search_locations=[{str(PACK_ROOT)!r}])\n"
+        "    module = importlib.util.module_from_spec(spec); sys.modules[name] = module\n"
+        "    spec.loader.exec_module(module)\n"
+        "    assert module.NODE_CLASS_MAPPINGS and sys.modules[name + '.nodes'].OPTIONAL_NOTES\n"
+        "print(sum('optional node' in line and 'is off' in line for line in lines),\n"
+        "      len(sys.modules['copy_one.nodes'].OPTIONAL_NOTES))\n"
+    )
+    done = run_process([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=PACK_ROOT.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged, notes = done.stdout.strip().splitlines()[-1].split()
+    assert logged == notes, done.stdout + done.stderr[-2000:]
