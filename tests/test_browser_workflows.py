@@ -31,7 +31,7 @@ from browser_ui import (
     dumps,
     load_report_problems,
 )
-from comfyui_host import ComfyUIServer
+from comfyui_host import LTXAV, NATIVE_H3, ComfyUIServer
 from h3kit.checks.host_layout import adapt_graph
 from h3kit.scripts import workflows_ui
 from official_templates import absent_named_files, write_placeholders
@@ -316,7 +316,9 @@ DIALOG_AND_RUN = """() => { const box = e => { const r = e.getBoundingClientRect
 def test_the_panel_adds_only_what_comfyui_does_not_show_and_leaves_run_uncovered(editor, server, server_info):
     """Issue 30: ComfyUI already lists the nine missing model files; the panel listed the same nine again (ten cards,
     covering Run). Now the files ComfyUI lists are one line, the F23 problem it cannot know is shown in full, and the
-    panel sits beside Run: Run stays visible and on top."""
+    panel sits beside Run: Run stays visible and on top. Needs a host that serves the two-stage graph's nodes (on
+    one without them the pack rightly FAILs the missing nodes too: v0.3.64 x 1.58.1)."""
+    server.require(NATIVE_H3, LTXAV)
     _load_repaint_cliff(editor, "0.9, 0.7, 0.4, 0")
     editor.page.wait_for_timeout(3000)  # the frontend checks the loaders' files against the server after loading
     listed = editor.js(COMFY_LISTED_MODELS)
@@ -344,7 +346,9 @@ def test_the_panel_adds_only_what_comfyui_does_not_show_and_leaves_run_uncovered
 
 def test_when_only_files_comfyui_lists_are_missing_no_second_panel_opens(editor, server, server_info):
     """The unchanged two-stage graph on a host without its weights: ComfyUI's own error panel lists the files; the
-    pack opens nothing more and lets ComfyUI answer the Run (where the frontend keeps no list, the panel names them)."""
+    pack opens nothing more and lets ComfyUI answer the Run (where the frontend keeps no list, the panel names them).
+    Needs a host that serves the graph's nodes: on one without them the pack's panel names them, rightly."""
+    server.require(NATIVE_H3, LTXAV)
     editor.start_clean()
     editor.load_workflow(_ui_workflow("h3_ltx_two_stage"))
     editor.page.wait_for_function("app.graph.nodes.some(n => n.type === 'H3KitRefineSetup')", timeout=30_000)
