@@ -353,6 +353,23 @@ class Editor:
         # 1.49 is busy for 10-15 s after the browser opens (it renders every template card) and a click waits
         # for the entry to be stable, which needs rendered frames: a short timeout fails on a visible entry
         entry.click(timeout=90_000)
+        self._scroll_to_every_card()
+
+    def _scroll_to_every_card(self) -> None:
+        """Scroll the card list to its end until no more cards appear, as a user does: 1.27's list (a PrimeVue
+        DataView) renders the first 12 cards and the rest only once it is scrolled (19 of the pack's templates)."""
+        cards = self.page.locator(f"{TEMPLATE_CARDS}, .template-card")
+        shown = -1
+        for _ in range(20):
+            cards.first.wait_for(state="attached", timeout=60_000)
+            if cards.count() == shown:
+                return
+            shown = cards.count()
+            cards.last.evaluate("""card => { let box = card.parentElement;
+                while (box && !(box.scrollHeight > box.clientHeight && /(auto|scroll)/.test(getComputedStyle(box).overflowY)))
+                    box = box.parentElement;
+                if (box) box.scrollTop = box.scrollHeight; }""")
+            self.page.wait_for_timeout(1000)
 
     def open_template(self, module: str, name: str) -> None:
         """The user's path: Templates -> the pack's entry (Custom Nodes / Extensions) -> the template's card."""
