@@ -69,7 +69,8 @@ window.__h3 = {
   closeAll() {
     document.querySelectorAll('.p-toast-close-button').forEach(b => b.click());
     app.extensionManager?.toast?.dismissAll?.();
-    document.querySelectorAll('.p-dialog .p-dialog-close-button, .p-dialog [aria-label="Close"]').forEach(b => b.click());
+    document.querySelectorAll('.p-dialog .p-dialog-close-button, .p-dialog [aria-label="Close"], '
+      + '.p-dialog [aria-label="Close dialog"]').forEach(b => b.click());
     document.querySelector('.h3kit-preflight .h3kit-close')?.click();
   },
   drop(name, text) {
@@ -405,6 +406,10 @@ class Editor:
                     .map(b => b.toString(16).padStart(2, '0')).join('');
                 return {title: h?.textContent.trim(), cut: !!h && h.scrollWidth > h.clientWidth + 1, image: digest}; }"""))
         self.page.keyboard.press("Escape")
+        # 1.40's template browser keeps its dialog when the focus has left it (each card's picture was fetched):
+        # its "Close dialog" button closes it, as a user would
+        self.js("__h3.closeAll(); true")
+        self.page.wait_for_function("__h3.dialogs().length === 0", timeout=10_000)
         return found
 
     def view(self) -> dict:
