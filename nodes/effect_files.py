@@ -83,7 +83,7 @@ def walk_embeddings(root: Path, keep: Callable[[str], bool] = _embedding_name) -
     MAX_WALK_DEPTH deep, MAX_WALK_FILES files kept: a huge or looping tree costs bounded time, and the cut is
     reported, never hidden."""
     walk = FolderWalk([], [])
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int, int] | str] = set()
     stack = [(str(root), "", 0)]
     while stack:
         folder, rel, depth = stack.pop()
@@ -116,19 +116,24 @@ def _entries(folder: str) -> list[os.DirEntry]:
         with os.scandir(folder) as entries:
             return sorted(entries, key=lambda entry: entry.name)
     except OSError as exc:
-        log_once(f"effects-scan:{folder}", f"H3Kit effects: cannot list {folder} ({exc.strerror or exc}); skipped")
+        _cannot_list(folder, exc)
         return []
 
 
-def _identity(folder: str) -> tuple[int, int] | None:
+def _identity(folder: str) -> tuple[int, int] | str | None:
     """The real folder behind a path, as (device, inode): one stat, where realpath looks at every component of the
-    path (10,000 folders: 111 ms by realpath on the 2-core machine, and the walk runs in /object_info)."""
+    path (10,000 folders: 111 ms by realpath on the 2-core machine, and the walk runs in /object_info). A file
+    system that reports no inode (0: some network and FAT drives on Windows) is known by its realpath instead."""
     try:
         status = os.stat(folder)
     except OSError as exc:
-        log_once(f"effects-scan:{folder}", f"H3Kit effects: cannot list {folder} ({exc.strerror or exc}); skipped")
+        _cannot_list(folder, exc)
         return None
-    return status.st_dev, status.st_ino
+    return (status.st_dev, status.st_ino) if status.st_ino else os.path.realpath(folder)
+
+
+def _cannot_list(folder: str, exc: OSError) -> None:
+    log_once(f"effects-scan:{folder}", f"H3Kit effects: cannot list {folder} ({exc.strerror or exc}); skipped")
 
 
 def _is_folder(entry: os.DirEntry) -> bool:

@@ -306,6 +306,23 @@ def test_two_self_referencing_links_neither_hang_listing_nor_markers(tmp_path, m
     assert time.monotonic() - started < 5 and len(scanned) <= 10  # each real folder once per walk
 
 
+def test_a_file_system_without_inodes_still_walks_every_folder_once(tmp_path, monkeypatch):
+    """Folders are known by (device, inode); a drive that reports inode 0 for all (some network and FAT drives on
+    Windows) would make every folder look like the first: they are then known by their realpath, so both folders
+    are listed and the link loop still ends."""
+    folder = tmp_path / "embeddings"
+    for sub in ("a", "b"):
+        (folder / sub).mkdir(parents=True)
+        (folder / sub / f"{sub}.safetensors").write_bytes(b"")
+    os.symlink(folder, folder / "a" / "loop")
+    real_stat = os.stat
+    monkeypatch.setattr(effect_files.os, "stat", lambda path, *a, **k: os.stat_result(
+        (real_stat(path, *a, **k)[0], 0, *real_stat(path, *a, **k)[2:])))  # field 1 is st_ino
+    walk = effect_files.walk_embeddings(folder)
+    assert walk.files == ["a/a.safetensors", "b/b.safetensors"] and walk.stopped == ""
+    assert len(walk.folders) == 3
+
+
 def test_folder_walk_is_bounded_and_says_where_it_stopped(tmp_path, monkeypatch, caplog):
     deep = tmp_path / "embeddings"
     for _ in range(effect_files.MAX_WALK_DEPTH + 3):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from route_harness import big_graph
 
 pytestmark = pytest.mark.comfyui
 
@@ -39,19 +40,6 @@ def demo() -> dict:
     return json.loads((API_DIR / "h3kit_handoff_demo.json").read_text())
 
 
-def many_nodes(count: int) -> dict:
-    template, graph, copy = demo(), {}, 0
-    while len(graph) < count:
-        for nid, node in template.items():
-            if len(graph) == count:
-                break
-            inputs = {k: ([f"{copy}_{v[0]}", v[1]] if isinstance(v, list) and len(v) == 2 else v)
-                      for k, v in node["inputs"].items()}
-            graph[f"{copy}_{nid}"] = {**node, "inputs": inputs}
-        copy += 1
-    return graph
-
-
 def test_a_5_mb_graph_sent_in_pieces_is_checked(comfyui_server):
     graph = demo()
     graph["99"] = {"class_type": "PrimitiveStringMultiline", "inputs": {"value": "A long prompt. " * 350_000}}
@@ -62,7 +50,7 @@ def test_a_5_mb_graph_sent_in_pieces_is_checked(comfyui_server):
 def test_a_10000_node_graph_is_checked_and_the_server_keeps_answering(comfyui_server):
     answers: dict = {}
     worker = threading.Thread(target=lambda: answers.update(
-        route=post(comfyui_server, json.dumps({"prompt": many_nodes(10_000)}).encode())))
+        route=post(comfyui_server, json.dumps({"prompt": big_graph(10_000)}).encode())))
     worker.start()
     stats = []
     while worker.is_alive():
@@ -94,5 +82,5 @@ def test_hostile_bodies_are_400_with_a_message(comfyui_server, body, words):
 
 
 def test_one_node_too_many_is_413(comfyui_server):
-    status, answer = post(comfyui_server, json.dumps({"prompt": many_nodes(10_001)}).encode())
+    status, answer = post(comfyui_server, json.dumps({"prompt": big_graph(10_001)}).encode())
     assert status == 413 and "at most 10,000" in answer["error"], answer
